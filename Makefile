@@ -1,0 +1,29 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DEMO_OUT ?= demo_output
+
+.PHONY: demo test install bench clean
+
+$(VENV)/.installed: setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[gcp,test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(PY) -m pipelines.create_hdf5_dataset LMData \
+	    --input_dir data/sample --output_dir $(DEMO_OUT) --overwrite_output True \
+	    --tokenizer_type GPT2Tokenizer \
+	    --vocab_file data/tokenizers/gpt2/vocab.bpe --encoder_file data/tokenizers/gpt2/encoder.json \
+	    --max_seq_length 1024 --files_per_record 100 --use_ftfy True
+	@echo "Output: $(abspath $(DEMO_OUT)) (data_params.json holds the statistics)"
+
+test: install
+	$(PY) -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) $(DEMO_OUT)

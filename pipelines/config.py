@@ -1,0 +1,368 @@
+"""Command line + YAML -> one frozen, validated `Config`.
+
+Precedence is: a flag given on the command line > the YAML file > the
+documented default. Every argparse default is None so that "not given" can be
+told apart from "given the default value" (the reference gets this wrong,
+SPEC bug 4). Validation happens here, at load time, so a bad setting fails
+before any data is read, with a message naming the setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Any, Optional
+
+import numpy as np
+import yaml
+
+__all__ = ["Config", "ConfigError", "MODES", "build_parser", "load_config", "SETTINGS"]
+
+LMDATA, SUMMARIZATION, FIM = "LMData", "Summarization", "FIM"
+MODES = (LMDATA, SUMMARIZATION, FIM)
+TOKENIZER_TYPES = ("GPT2Tokenizer", "NeoXTokenizer", "HuggingFaceTokenizer")
+PROCESSOR_NAMES = {
+    LMDATA: "LMDataPreprocessor",
+    SUMMARIZATION: "SummarizationPreprocessor",
+    FIM: "FIMDataPreprocessor",
+}
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
+class ConfigError(ValueError):
+    """A setting is missing, unknown, out of range or contradicts another."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    name: str
+    section: str  # setup | processing | dataset
+    type: str  # str | int | float | bool | list | keys | normalizer | dtype
+    default: Any
+    modes: tuple = MODES
+    cli: bool = True  # False: YAML only, as in the reference
+    help: str = ""
+
+
+def _s(name, section, type_, default, help_="", modes=MODES, cli=True):
+    return Setting(name, section, type_, default, tuple(modes), cli, help_)
+
+
+_LM_FIM = (LMDATA, FIM)
+
+# Every setting of SPEC §1g, with COMPAT.md's documented defaults, plus ours.
+SETTINGS: tuple[Setting, ...] = (
+    # setup
+    _s("input_dir", "setup", "str", None, "directory searched recursively for input files"),
+    _s("metadata_files", "setup", "list", None, "comma-separated files, each listing input paths"),
+    _s("output_dir", "setup", "str", "./data_dir/", "where the .h5 files and data_params.json go"),
+    _s("processes", "setup", "int", 0,
+       "worker processes for the local runner (0: Beam's default); recorded for compatibility"),
+    # processing
+    _s("tokenizer_type", "processing", "str", None, "GPT2Tokenizer | NeoXTokenizer | HuggingFaceTokenizer"),
+    _s("huggingface_tokenizer", "processing", "str", None, "hub name or local directory"),
+    _s("vocab_file", "processing", "str", None, "GPT-2 vocab.bpe (merges)"),
+    _s("encoder_file", "processing", "str", None, "GPT-2 encoder.json, or NeoX tokenizer.json"),
+    _s("eos_id", "processing", "int", None, "override the EOS id (also sets pad)"),
+    _s("pad_id", "processing", "int", None, "override the pad id"),
+    _s("max_seq_length", "processing", "int", 2048, "tokens per row"),
+    _s("short_seq_prob", "processing", "float", 0.0, "probability of truncating a row to a random length"),
+    _s("output_name", "processing", "str", "examples", "prefix of the .h5 file names"),
+    _s("files_per_record", "processing", "int", 50000, "maximum sequences per .h5 file"),
+    _s("write_in_batch", "processing", "bool", True, "accepted for compatibility; rows are always written in batches"),
+    _s("write_remainder", "processing", "bool", True, "write the final partial packed sequence as a padded row"),
+    _s("resume_from_checkpoint", "processing", "bool", False, "finish an interrupted run in output_dir"),
+    _s("display_pbar", "processing", "bool", True, "show a progress bar on a terminal"),
+    _s("seed", "processing", "int", 0, "seed for short_seq_prob and FIM draws"),
+    _s("max_chunk_size", "processing", "int", 64, "KiB of text per tokenizer batch", cli=False),
+    _s("shuffle", "processing", "bool", False, "globally shuffle the output sequences"),
+    _s("shuffle_seed", "processing", "int", 0, "seed of the global shuffle"),
+    _s("split_text_to_tokenize", "processing", "bool", False, "tokenize long texts in pieces", modes=_LM_FIM),
+    _s("chunk_len_to_split", "processing", "int", 2000, "characters per piece", modes=_LM_FIM),
+    _s("remove_bos_in_chunks", "processing", "bool", False, "drop the BOS of every piece but the first",
+       modes=_LM_FIM),
+    _s("num_output_files", "processing", "int", None,
+       "write exactly N files of sizes differing by at most one (instead of files_per_record)"),
+    _s("packing_group_mb", "processing", "int", 64,
+       "a larger input file is packed in independent slices of this many MiB of text"),
+    _s("overwrite_output", "processing", "bool", False, "allow a non-empty output_dir (its .h5 files are replaced)"),
+    _s("fim_rate", "processing", "float", 0.9, "probability that a segment is FIM-transformed", modes=(FIM,)),
+    _s("spm_rate", "processing", "float", 0.5, "probability that a FIM segment uses SPM", modes=(FIM,)),
+    _s("fim_prefix_tok", "processing", "str", None, "FIM prefix sentinel token", modes=(FIM,)),
+    _s("fim_middle_tok", "processing", "str", None, "FIM middle sentinel token", modes=(FIM,)),
+    _s("fim_suffix_tok", "processing", "str", None, "FIM suffix sentinel token", modes=(FIM,)),
+    # dataset
+    _s("use_ftfy", "dataset", "bool", False, "fix text with ftfy"),
+    _s("ftfy_normalizer", "dataset", "normalizer", "NFC", "NFC | NFKC | None"),
+    _s("wikitext_detokenize", "dataset", "bool", False, "undo wikitext tokenisation"),
+    _s("pack_sequences", "dataset", "bool", True, "pack documents into full rows"),
+    _s("min_sequence_len", "dataset", "int", 10, "drop windows shorter than this many tokens"),
+    _s("inverted_mask", "dataset", "bool", False, "1 marks positions excluded from the loss", cli=False),
+    _s("input_ids_dtype", "dataset", "dtype", "int32", "every id must fit this dtype", cli=False),
+    _s("input_mask_dtype", "dataset", "dtype", "int32", "the mask must fit this dtype", cli=False),
+    _s("keys", "dataset", "keys", None, "comma-separated record keys", cli=False),
+    _s("jsonl_key", "dataset", "str", None, "record key holding the text (default text)", modes=_LM_FIM),
+    _s("prompt_key", "dataset", "str", None, "record key of the prompt", modes=(SUMMARIZATION,)),
+    _s("completion_key", "dataset", "str", None, "record key of the completion", modes=(SUMMARIZATION,)),
+    _s("sep_token", "dataset", "str", None, "token placed between prompt and completion",
+       modes=(SUMMARIZATION,)),
+)
+_BY_NAME = {s.name: s for s in SETTINGS}
+# Keys the reference's YAML files may carry that mean nothing to a Beam job.
+_IGNORED_YAML_KEYS = {"dataset_processor"}
+_TRUE = {"true", "1", "yes", "y", "on"}
+_FALSE = {"false", "0", "no", "n", "off"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    mode: str
+    values: tuple  # sorted (name, value) pairs: hashable and picklable
+    sources: tuple  # sorted (name, "cli" | "yaml" | "default")
+    params_file: Optional[str] = None
+
+    def __getattr__(self, name):
+        # Only called for names that are not real attributes.
+        values = dict(object.__getattribute__(self, "values"))
+        if name in values:
+            return values[name]
+        raise AttributeError(name)
+
+    def as_dict(self) -> dict:
+        return dict(self.values)
+
+    def source_of(self, name: str) -> str:
+        return dict(self.sources)[name]
+
+    @property
+    def keys_tuple(self) -> tuple[str, ...]:
+        """Record keys to read, in the order the mode consumes them."""
+        if self.mode == SUMMARIZATION:
+            return (self.prompt_key, self.completion_key)
+        if self.keys:
+            return tuple(self.keys)
+        return (self.jsonl_key or "text",)
+
+    def sections(self) -> dict:
+        """The effective settings as data_params.json's setup/processing/dataset."""
+        out: dict = {"setup": {"dataset_processor": PROCESSOR_NAMES[self.mode], "mode": self.mode},
+                     "processing": {}, "dataset": {}}
+        for s in SETTINGS:
+            if self.mode in s.modes:
+                out[s.section][s.name] = self.as_dict()[s.name]
+        if self.params_file:
+            out["setup"]["params"] = self.params_file
+        return out
+
+    def fingerprint(self, exclude: tuple = ("resume_from_checkpoint", "display_pbar", "overwrite_output",
+                                            "processes")) -> str:
+        """Hash of everything that determines the output bytes."""
+        relevant = {k: v for k, v in self.values if k not in exclude}
+        relevant["mode"] = self.mode
+        return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _add_argument(parser: argparse.ArgumentParser, s: Setting) -> None:
+    # Every default is None: "absent" must stay distinguishable from a value.
+    parser.add_argument(f"--{s.name}", dest=s.name, default=None, type=str, help=s.help)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="create_hdf5_dataset",
+        description="Turn raw text corpora into training-ready HDF5 with Apache Beam. "
+        "Beam pipeline options (--runner, --direct_num_workers, --project, ...) may follow.",
+    )
+    sub = parser.add_subparsers(dest="mode", required=True, metavar="{LMData,Summarization,FIM}")
+    for mode in MODES:
+        p = sub.add_parser(mode, help=f"{mode} mode")
+        p.add_argument("--params", default=None, help="YAML file with setup/processing/dataset sections")
+        for s in SETTINGS:
+            if s.cli and mode in s.modes:
+                _add_argument(p, s)
+    return parser
+
+
+def _coerce(s: Setting, raw: Any, origin: str) -> Any:
+    """Turn a CLI string or YAML value into the setting's type, or fail naming it."""
+    where = f"{s.name} (from {origin})"
+    if raw is None:
+        return None
+    try:
+        if s.type == "bool":
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in _TRUE:
+                return True
+            if text in _FALSE:
+                return False
+            raise ValueError("expected True or False")
+        if s.type == "int":
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError("expected an integer")
+            return int(raw)
+        if s.type == "float":
+            if isinstance(raw, bool):
+                raise ValueError("expected a number")
+            return float(raw)
+        if s.type == "str":
+            if isinstance(raw, (dict, list)):
+                raise ValueError("expected a string")
+            return str(raw)
+        if s.type == "list":
+            items = raw if isinstance(raw, list) else str(raw).split(",")
+            items = [str(x).strip() for x in items if str(x).strip()]
+            return tuple(items) or None
+        if s.type == "keys":
+            if isinstance(raw, dict):
+                items = list(raw.values())
+            elif isinstance(raw, list):
+                items = raw
+            else:
+                items = str(raw).split(",")
+            items = [str(x).strip() for x in items if str(x).strip()]
+            if not items:
+                raise ValueError("expected at least one key")
+            return tuple(items)
+        if s.type == "normalizer":
+            text = str(raw)
+            if text in ("None", "none", ""):
+                return None
+            if text not in ("NFC", "NFKC"):
+                raise ValueError("expected NFC, NFKC or None")
+            return text
+        if s.type == "dtype":
+            text = str(raw)
+            if text not in INT_DTYPES:
+                raise ValueError(f"expected one of {', '.join(INT_DTYPES)}")
+            return text
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: invalid value {raw!r}: {e}") from None
+    raise AssertionError(s.type)
+
+
+def _read_yaml(path: str) -> dict:
+    import fsspec
+
+    try:
+        with fsspec.open(path, "r") as f:
+            data = yaml.safe_load(f) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"--params: file not found: {path}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--params: {path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--params: {path} must hold a mapping with setup/processing/dataset sections")
+    return data
+
+
+def _flatten_yaml(data: dict, mode: str, path: str) -> dict:
+    flat: dict = {}
+    for section, body in data.items():
+        if section not in ("setup", "processing", "dataset"):
+            raise ConfigError(f"{path}: unknown section {section!r} (expected setup, processing, dataset)")
+        if body is None:
+            continue
+        if not isinstance(body, dict):
+            raise ConfigError(f"{path}: section {section!r} must be a mapping")
+        for key, value in body.items():
+            if key in _IGNORED_YAML_KEYS:
+                continue
+            s = _BY_NAME.get(key)
+            if s is None:
+                raise ConfigError(f"{path}: unknown setting {section}.{key}")
+            if mode not in s.modes:
+                raise ConfigError(f"{path}: setting {section}.{key} does not apply to {mode} "
+                                  f"(it is for {', '.join(s.modes)})")
+            if key in flat and flat[key] != value:
+                raise ConfigError(f"{path}: setting {key} is given twice with different values")
+            flat[key] = value
+    return flat
+
+
+def load_config(argv: list[str]) -> tuple[Config, list[str]]:
+    """Parse our flags and YAML; return the config and the arguments left for Beam."""
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    mode = args.mode
+    cli = {k: v for k, v in vars(args).items() if k not in ("mode", "params") and v is not None}
+    yaml_values = _flatten_yaml(_read_yaml(args.params), mode, args.params) if args.params else {}
+
+    values, sources = {}, {}
+    for s in SETTINGS:
+        if mode not in s.modes:
+            continue
+        if s.name in cli:
+            values[s.name], sources[s.name] = _coerce(s, cli[s.name], "command line"), "cli"
+        elif s.name in yaml_values:
+            values[s.name], sources[s.name] = _coerce(s, yaml_values[s.name], "YAML"), "yaml"
+        else:
+            values[s.name], sources[s.name] = s.default, "default"
+    _validate(mode, values, sources)
+    config = Config(mode=mode, values=tuple(sorted(values.items())), sources=tuple(sorted(sources.items())),
+                    params_file=args.params)
+    return config, rest
+
+
+def _require(cond: bool, message: str) -> None:
+    if not cond:
+        raise ConfigError(message)
+
+
+def _validate(mode: str, v: dict, sources: dict) -> None:
+    _require(v["tokenizer_type"] is not None, "--tokenizer_type is required "
+             f"(one of {', '.join(TOKENIZER_TYPES)})")
+    _require(v["tokenizer_type"] in TOKENIZER_TYPES,
+             f"tokenizer_type: {v['tokenizer_type']!r} is not one of {', '.join(TOKENIZER_TYPES)}")
+    tt = v["tokenizer_type"]
+    if tt == "GPT2Tokenizer":
+        _require(bool(v["vocab_file"]), "--vocab_file (vocab.bpe) is required for GPT2Tokenizer")
+        _require(bool(v["encoder_file"]), "--encoder_file (encoder.json) is required for GPT2Tokenizer")
+    elif tt == "NeoXTokenizer":
+        _require(bool(v["encoder_file"]), "--encoder_file (tokenizer.json) is required for NeoXTokenizer")
+    else:
+        _require(bool(v["huggingface_tokenizer"]), "--huggingface_tokenizer is required for HuggingFaceTokenizer")
+    _require(bool(v["input_dir"]) or bool(v["metadata_files"]), "--input_dir or --metadata_files is required")
+    msl = v["max_seq_length"]
+    _require(msl >= 2, f"max_seq_length: must be at least 2, got {msl}")
+    _require(v["min_sequence_len"] >= 0, "min_sequence_len: must be >= 0")
+    _require(v["min_sequence_len"] <= msl + 1,
+             f"min_sequence_len: {v['min_sequence_len']} exceeds max_seq_length + 1 = {msl + 1}; every row would be dropped")
+    _require(0.0 <= v["short_seq_prob"] <= 1.0, "short_seq_prob: must be within [0, 1]")
+    _require(v["files_per_record"] >= 1, "files_per_record: must be >= 1")
+    if v["num_output_files"] is not None:
+        _require(v["num_output_files"] >= 1, "num_output_files: must be >= 1")
+        _require(sources["files_per_record"] == "default",
+                 "num_output_files and files_per_record are both set: choose one way to size the files")
+    _require(v["chunk_len_to_split"] is None or v["chunk_len_to_split"] >= 1, "chunk_len_to_split: must be >= 1")
+    _require(v["max_chunk_size"] >= 1, "max_chunk_size: must be >= 1 (KiB)")
+    _require(v["packing_group_mb"] >= 1, "packing_group_mb: must be >= 1")
+    _require(v["processes"] is None or v["processes"] >= 0, "processes: must be >= 0")
+    for name in ("eos_id", "pad_id"):
+        _require(v[name] is None or v[name] >= 0, f"{name}: must be >= 0")
+    _require(np.dtype(v["input_mask_dtype"]).itemsize >= 1, "input_mask_dtype")
+    if v["keys"] and v.get("jsonl_key"):
+        _require(False, "jsonl_key and dataset.keys are both set: choose one")
+    if mode == SUMMARIZATION:
+        _require(bool(v["prompt_key"]), "--prompt_key is required for Summarization")
+        _require(bool(v["completion_key"]), "--completion_key is required for Summarization")
+        _require(not v["keys"], "dataset.keys does not apply to Summarization: use prompt_key/completion_key")
+    if mode == FIM:
+        for name in ("fim_prefix_tok", "fim_middle_tok", "fim_suffix_tok"):
+            _require(bool(v[name]), f"--{name} is required for FIM")
+        for name in ("fim_rate", "spm_rate"):
+            _require(0.0 <= v[name] <= 1.0, f"{name}: must be within [0, 1]")
+    if v["resume_from_checkpoint"] and v["overwrite_output"]:
+        _require(False, "resume_from_checkpoint and overwrite_output contradict each other")
+
+
+def output_dir_is_remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def default_processes() -> int:
+    return os.cpu_count() or 1

@@ -1,0 +1,254 @@
+"""create_hdf5_dataset: raw text corpora -> training-ready HDF5, as an Apache Beam pipeline.
+
+    create_hdf5_dataset LMData --input_dir DIR --output_dir OUT \\
+        --tokenizer_type GPT2Tokenizer --vocab_file vocab.bpe --encoder_file encoder.json \\
+        [--params cfg.yaml] [reference flags] [Beam pipeline options]
+
+Three layers: `main` parses flags and YAML and checks everything that can be
+checked before a worker starts; `plan_job` turns the config into plain
+values; `build` only wires stages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+import time
+from typing import Optional
+
+import apache_beam as beam
+import fsspec
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.config import FIM, LMDATA, SUMMARIZATION, Config, ConfigError, load_config
+from transforms.core.normalize import NormalizeConfig
+from transforms.core.pack import PackConfig
+from transforms.core.records import InputFile
+from transforms.core.tokenizer import TokenizerFiles, build_tokenizer
+from transforms.io import fs
+from transforms.io.discover import discover_input_files
+from transforms.io.hdf5_sink import WriteHdf5Shards
+from transforms.io.manifest import DEAD_LETTER_DIR, PARAMS_FILE, MergeStats, WriteDatasetParams, WriteDeadLetters
+from transforms.io.read_corpus import DEAD_LETTERS, DOCS, ReadCorpus
+from transforms.io.tokenizer_files import read_tokenizer_files
+from transforms.stages.normalize import NormalizeDocuments
+from transforms.stages.pack import PackSequences
+from transforms.stages.tokenize import TokenizeDocuments
+
+__all__ = ["main", "build", "plan_job", "JobPlan", "UserError"]
+
+log = logging.getLogger("create_hdf5_dataset")
+
+
+class UserError(Exception):
+    """A problem the user can fix; reported as one line, without a traceback."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobPlan:
+    """Everything the pipeline needs, as plain values."""
+
+    mode: str
+    files: tuple  # InputFile
+    keys: tuple
+    join_keys: bool
+    group_bytes: int
+    normalize: NormalizeConfig
+    tokenizer_files: TokenizerFiles
+    split_len: Optional[int]
+    remove_bos_in_chunks: bool
+    pack: PackConfig
+    seed: int
+    output_dir: str
+    output_name: str
+    files_per_record: int
+    num_output_files: Optional[int]
+    sections: dict
+    eos_id: int
+    pad_id: int
+    vocab_size: int
+    extra: dict
+
+
+def _relpath(path: str, root: Optional[str]) -> str:
+    if root and fs.is_local(path) and fs.is_local(root):
+        rel = os.path.relpath(path, root)
+        if not rel.startswith(".."):
+            return rel.replace(os.sep, "/")
+    if root and path.startswith(root.rstrip("/") + "/"):
+        return path[len(root.rstrip("/")) + 1:]
+    return path
+
+
+def _check_output_dir(config: Config) -> None:
+    out = config.output_dir
+    names = fs.listdir_names(out)
+    if not names:
+        return
+    if config.resume_from_checkpoint:
+        return
+    if config.overwrite_output:
+        for name in names:
+            if name.endswith(".h5") or name in (PARAMS_FILE,):
+                fs.remove_file(fs.join(out, name))
+            elif name in (DEAD_LETTER_DIR, fs.TMP_DIR):
+                fs.remove_tree(fs.join(out, name))
+        return
+    raise UserError(f"output_dir {out} is not empty ({len(names)} entries): pass --overwrite_output True "
+                    "to replace the dataset in it, --resume_from_checkpoint True to finish an interrupted "
+                    "run, or choose another directory")
+
+
+def plan_job(config: Config) -> JobPlan:
+    """Resolve inputs and the tokenizer; raise UserError for anything the user must fix."""
+    try:
+        paths = discover_input_files(config.input_dir, list(config.metadata_files or []) or None)
+    except (FileNotFoundError, ValueError) as e:
+        raise UserError(str(e)) from None
+    root = None if config.metadata_files else config.input_dir
+    files = tuple(InputFile(i, p, _relpath(p, root)) for i, p in enumerate(paths))
+    try:
+        tok_files = read_tokenizer_files(
+            config.tokenizer_type, vocab_file=config.vocab_file, encoder_file=config.encoder_file,
+            huggingface_tokenizer=config.huggingface_tokenizer, eos_id=config.eos_id, pad_id=config.pad_id,
+            sep_token=config.sep_token if config.mode == SUMMARIZATION else None)
+        tokenizer = build_tokenizer(tok_files)
+    except (FileNotFoundError, ValueError, OSError) as e:
+        raise UserError(f"tokenizer: {e}") from None
+    _check_dtypes(config, tokenizer.vocab_size)
+
+    sections = config.sections()
+    sections["processing"]["eos_id"] = config.eos_id
+    sections["processing"]["pad_id"] = config.pad_id
+    extra = {"tokenizer": {"fingerprint": tokenizer.fingerprint(), "vocab_size": tokenizer.vocab_size,
+                           "eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id, "bos_id": tokenizer.bos_id},
+             "config_fingerprint": config.fingerprint()}
+    return JobPlan(
+        mode=config.mode,
+        files=files,
+        keys=config.keys_tuple,
+        join_keys=config.mode != SUMMARIZATION,
+        group_bytes=config.packing_group_mb << 20,
+        normalize=NormalizeConfig(config.use_ftfy, config.ftfy_normalizer, config.wikitext_detokenize),
+        tokenizer_files=tok_files,
+        split_len=config.chunk_len_to_split if getattr(config, "split_text_to_tokenize", False) else None,
+        remove_bos_in_chunks=bool(getattr(config, "remove_bos_in_chunks", False)),
+        pack=PackConfig(
+            max_seq_length=config.max_seq_length, pad_id=tokenizer.pad_id, pack_sequences=config.pack_sequences,
+            min_sequence_len=config.min_sequence_len, short_seq_prob=config.short_seq_prob,
+            inverted_mask=config.inverted_mask, write_remainder=config.write_remainder),
+        seed=config.seed,
+        output_dir=config.output_dir,
+        output_name=config.output_name,
+        files_per_record=config.files_per_record,
+        num_output_files=config.num_output_files,
+        sections=sections,
+        eos_id=tokenizer.eos_id,
+        pad_id=tokenizer.pad_id,
+        vocab_size=tokenizer.vocab_size,
+        extra=extra,
+    )
+
+
+def _check_dtypes(config: Config, vocab_size: int) -> None:
+    import numpy as np
+
+    info = np.iinfo(np.dtype(config.input_ids_dtype))
+    if vocab_size - 1 > info.max:
+        raise UserError(f"input_ids_dtype {config.input_ids_dtype} cannot hold ids up to {vocab_size - 1} "
+                        f"(vocab_size {vocab_size}); use a wider dtype")
+    if np.iinfo(np.int32).max < vocab_size - 1:
+        raise UserError(f"vocab_size {vocab_size} does not fit the int32 HDF5 format")
+
+
+def build(pipeline: beam.Pipeline, plan: JobPlan):
+    """Wire the stages; returns the PCollection holding the final params dict."""
+    if plan.mode != LMDATA:
+        raise NotImplementedError(f"{plan.mode} mode is not implemented yet")
+    read = (
+        pipeline
+        | "InputFiles" >> beam.Create(plan.files)
+        | "ReadCorpus" >> ReadCorpus(keys=plan.keys, join_keys=plan.join_keys, group_bytes=plan.group_bytes)
+    )
+    blocks = (
+        read[DOCS]
+        | "NormalizeDocuments" >> NormalizeDocuments(plan.normalize)
+        | "TokenizeDocuments" >> TokenizeDocuments(plan.tokenizer_files, split_len=plan.split_len,
+                                                   remove_bos_in_chunks=plan.remove_bos_in_chunks)
+        | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
+    )
+    stats = blocks | "Stats" >> beam.Map(lambda b: b.stats) | "MergeStats" >> beam.CombineGlobally(MergeStats())
+    dead_letters = read[DEAD_LETTERS] | "DeadLetters" >> WriteDeadLetters(plan.output_dir)
+    shards = blocks | "WriteHdf5Shards" >> WriteHdf5Shards(
+        output_dir=plan.output_dir, output_name=plan.output_name, files_per_record=plan.files_per_record,
+        num_output_files=plan.num_output_files, inverted_mask=plan.pack.inverted_mask,
+        tokenizer_files=plan.tokenizer_files)
+    return shards | "WriteDatasetParams" >> WriteDatasetParams(
+        output_dir=plan.output_dir, sections=plan.sections, eos_id=plan.eos_id, pad_id=plan.pad_id,
+        vocab_size=plan.vocab_size, stats=stats, dead_letters=dead_letters, extra=plan.extra)
+
+
+def _beam_options(beam_args: list[str]) -> PipelineOptions:
+    """Beam options, refusing any argument neither we nor Beam know (Beam would only log and drop it)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    seen = set()
+
+    def add_all(cls):
+        for sub in cls.__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                try:
+                    sub._add_argparse_args(parser)
+                except argparse.ArgumentError:
+                    pass  # an option declared by two classes
+                add_all(sub)
+
+    add_all(PipelineOptions)
+    _, unknown = parser.parse_known_args(beam_args)
+    if unknown:
+        raise UserError(f"unrecognized arguments: {' '.join(unknown)}")
+    options = PipelineOptions(beam_args)
+    return options
+
+
+def _summary(params: dict, output_dir: str, seconds: float) -> str:
+    post, inp = params["post-process"], params["input"]
+    dropped = f", {inp['dropped']} dropped" if inp["dropped"] else ""
+    bad = (f", {inp['bad']} bad records (see {fs.join(output_dir, DEAD_LETTER_DIR)})" if inp["bad"] else "")
+    return (f"Wrote {post['n_examples']} sequences ({post['num_tokens']} tokens, "
+            f"{post['loss_valid_tokens']} loss-valid) in {len(params['files'])} files to {output_dir} "
+            f"in {seconds:.1f}s: {inp['documents_read']} documents read, {inp['used']} used{dropped}{bad}.")
+
+
+def run(config: Config, beam_args: list[str]) -> dict:
+    plan = plan_job(config)
+    _check_output_dir(config)
+    fs.makedirs(config.output_dir)
+    options = _beam_options(beam_args)
+    start = time.time()
+    with beam.Pipeline(options=options) as p:
+        build(p, plan)
+    with fsspec.open(fs.join(config.output_dir, PARAMS_FILE), "r") as f:
+        result = json.load(f)
+    print(_summary(result, config.output_dir, time.time() - start), file=sys.stderr)
+    return result
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        config, beam_args = load_config(argv)
+        run(config, beam_args)
+    except (ConfigError, UserError) as e:
+        print(f"create_hdf5_dataset: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""create_hdf5_dataset: raw text corpora -> training-ready HDF5 for GPT-style models, on Apache Beam."""
+
+from setuptools import find_packages, setup
+
+BEAM_VERSION = "2.77.0"  # the Dockerfile's SDK image must carry the same version (tested)
+
+setup(
+    name="create-hdf5-dataset",
+    version="0.1.0",
+    description="Apache Beam pipeline that turns text corpora into Cerebras-compatible HDF5",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["pipelines", "pipelines.*", "transforms", "transforms.*"]),
+    install_requires=[
+        f"apache-beam=={BEAM_VERSION}",
+        "h5py>=3.8",
+        "numpy>=1.24",
+        "tokenizers>=0.15",
+        "ftfy>=6.1",
+        "pyarrow>=12",
+        "zstandard>=0.21",
+        "fsspec>=2023.6",
+        "huggingface_hub>=0.20",
+        "pyyaml>=6",
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        "gcp": [f"apache-beam[gcp]=={BEAM_VERSION}", "gcsfs>=2023.6"],
+        "test": ["pytest>=7", "hypothesis>=6"],
+    },
+    entry_points={"console_scripts": ["create_hdf5_dataset=pipelines.create_hdf5_dataset:main"]},
+)

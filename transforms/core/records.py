@@ -1,0 +1,133 @@
+"""Plain value types that flow between pipeline stages.
+
+No Beam here: these are the shapes the pure core works on, and what Beam
+pickles between stages. Keep them small; everything that crosses a shuffle
+costs bandwidth at terabyte scale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+from transforms.core.stats import Stats
+
+# Dead-letter reason codes. One vocabulary for every reader and stage, so the
+# statistics and the dead-letter files can be grouped by reason.
+JSON_DECODE = "json_decode"
+BLANK_LINE = "blank_line"
+MISSING_KEY = "missing_key"
+NOT_A_STRING = "not_a_string"
+NULL_TEXT = "null_text"
+INVALID_UTF8 = "invalid_utf8"
+TRUNCATED_STREAM = "truncated_stream"
+UNREADABLE_FILE = "unreadable_file"
+TOO_LONG = "too_long"
+
+RAW_PREVIEW_BYTES = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class InputFile:
+    index: int  # position in the sorted input list
+    path: str
+    relpath: str
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupId:
+    """Stable identity of a packing group: one input file, or a fixed slice of it.
+
+    `file_index` is the position of the file in the sorted input list, so
+    ordering groups by (file_index, slice_index) is the deterministic input order.
+    """
+
+    file_index: int
+    slice_index: int
+    source: str  # the path as read (local or URL)
+    relpath: str  # the path relative to the input root: the identity seeds derive from
+
+    @property
+    def sort_key(self) -> tuple[int, int]:
+        return (self.file_index, self.slice_index)
+
+    @property
+    def name(self) -> str:
+        """Identity that survives moving the input directory or adding other files."""
+        return f"{self.relpath}#{self.slice_index}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    """One input record: `values` holds one string per requested key, in key order.
+
+    `index` is the 0-based record index within its file (or tar member), the
+    reference's `doc_idx`; `member` names the tar member, when there is one.
+    """
+
+    index: int
+    values: tuple[str, ...]
+    member: Optional[str] = None
+
+    @property
+    def text(self) -> str:
+        return self.values[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class BadRecord:
+    """A record that could not become a document, with where and why."""
+
+    source: str
+    line: Optional[int]  # 1-based line (jsonl) or 0-based row (parquet); None if unknown
+    reason: str
+    raw: bytes = b""
+    member: Optional[str] = None
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        return {
+            "source": self.source,
+            "member": self.member,
+            "line": self.line,
+            "reason": self.reason,
+            "detail": self.detail,
+            "raw": self.raw[:RAW_PREVIEW_BYTES].decode("utf-8", errors="backslashreplace"),
+            "raw_truncated": len(self.raw) > RAW_PREVIEW_BYTES,
+        }
+
+
+@dataclasses.dataclass
+class DocBatch:
+    """All documents of one packing group, in input order.
+
+    A batch is one packing group, so the packer sees the whole stream of the
+    group and the result cannot depend on how a runner splits bundles.
+    """
+
+    group: GroupId
+    docs: list  # list[Document]
+    stats: Stats = dataclasses.field(default_factory=Stats)
+
+
+@dataclasses.dataclass
+class TokenBatch:
+    """Token arrays of one packing group: per document, one int32 array per key, EOS appended."""
+
+    group: GroupId
+    tokens: list  # list[tuple[np.ndarray, ...]]
+    stats: Stats = dataclasses.field(default_factory=Stats)
+
+
+@dataclasses.dataclass
+class RowBlock:
+    """Packed rows of one packing group: `rows` is int32 [n, 3, msl]."""
+
+    group: GroupId
+    rows: np.ndarray
+    stats: Stats = dataclasses.field(default_factory=Stats)
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])

@@ -1,0 +1,152 @@
+"""Statistics: plain counters merged associatively, and the data_params.json sections.
+
+Every stage adds integers to a `Stats` value; Beam merges them with a
+CombineFn, tests with `merge`. Nothing here depends on Beam metrics, which are
+best-effort on some runners.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from typing import Iterable, Mapping, Optional
+
+import numpy as np
+
+__all__ = ["Stats", "merge", "row_stats", "post_process_section", "h5_stats_section", "input_section",
+           "check_accounting"]
+
+
+@dataclasses.dataclass
+class Stats:
+    """Totals plus the same counters per source file."""
+
+    totals: Counter = dataclasses.field(default_factory=Counter)
+    sources: dict = dataclasses.field(default_factory=dict)  # source -> Counter
+
+    def add(self, name: str, value: int = 1, source: Optional[str] = None) -> None:
+        if not value:
+            return
+        self.totals[name] += int(value)
+        if source is not None:
+            self.sources.setdefault(source, Counter())[name] += int(value)
+
+    def merge_from(self, other: "Stats") -> "Stats":
+        self.totals.update(other.totals)
+        for source, counts in other.sources.items():
+            self.sources.setdefault(source, Counter()).update(counts)
+        return self
+
+    def __getitem__(self, name: str) -> int:
+        return self.totals.get(name, 0)
+
+    def with_prefix(self, prefix: str) -> dict:
+        return {k[len(prefix):]: v for k, v in sorted(self.totals.items()) if k.startswith(prefix)}
+
+
+def merge(stats: Iterable[Stats]) -> Stats:
+    out = Stats()
+    for s in stats:
+        out.merge_from(s)
+    return out
+
+
+def row_stats(rows: np.ndarray, inverted_mask: bool) -> Counter:
+    """Counts recomputed from rows exactly as they are written.
+
+    A position is "loss-valid" where the mask says so (1, or 0 when inverted).
+    Padding is everything after the last loss-valid position of a row: every
+    mode puts real tokens first and loss on the last real input (whose label
+    is EOS or the next token), so this holds for LMData, Summarization and FIM.
+    """
+    n, _, msl = rows.shape
+    loss = rows[:, 1, :] == (0 if inverted_mask else 1)
+    loss_valid = int(loss.sum())
+    any_loss = loss.any(axis=1)
+    last = msl - np.argmax(loss[:, ::-1], axis=1)  # index after the last loss-valid position
+    non_pad = int(np.where(any_loss, last, 0).sum())
+    return Counter({
+        "num_sequences": n,
+        "num_tokens": n * msl,
+        "loss_valid_tokens": loss_valid,
+        "num_masked_tokens": n * msl - loss_valid,
+        "non_pad_tokens": non_pad,
+        "num_pad_tokens": n * msl - non_pad,
+    })
+
+
+def real_lengths(rows: np.ndarray, inverted_mask: bool) -> np.ndarray:
+    """Per row, the number of non-pad input positions (see `row_stats`)."""
+    msl = rows.shape[2]
+    loss = rows[:, 1, :] == (0 if inverted_mask else 1)
+    last = msl - np.argmax(loss[:, ::-1], axis=1)
+    return np.where(loss.any(axis=1), last, 0)
+
+
+def post_process_section(stats: Stats, written: Mapping[str, int], *, eos_id: int, pad_id: int,
+                         vocab_size: int) -> dict:
+    """The reference's post-process keys (SPEC §1e) with COMPAT.md's exact meanings.
+
+    `written` holds counters recounted from the committed files.
+    """
+    n_examples = int(written.get("num_sequences", 0))
+    processed = stats["docs_good"]
+    discarded = sum(stats.with_prefix("dropped.").values())
+    raw_chars, raw_bytes = stats["raw_chars"], stats["raw_bytes"]
+    return {
+        "average_bytes_per_sequence": math.ceil(raw_bytes / n_examples) if n_examples else 0,
+        "average_chars_per_sequence": math.ceil(raw_chars / n_examples) if n_examples else 0,
+        "discarded_files": discarded,
+        "eos_id": eos_id,
+        "loss_valid_tokens": int(written.get("loss_valid_tokens", 0)),
+        "n_examples": n_examples,
+        "normalized_bytes_count": stats["normalized_bytes"],
+        "normalized_chars_count": stats["normalized_chars"],
+        "num_masked_tokens": int(written.get("num_masked_tokens", 0)),
+        "num_pad_tokens": int(written.get("num_pad_tokens", 0)),
+        "num_tokens": int(written.get("num_tokens", 0)),
+        "pad_id": pad_id,
+        "processed_files": processed,
+        "raw_bytes_count": raw_bytes,
+        "raw_chars_count": raw_chars,
+        "successful_files": processed - discarded,
+        "vocab_size": vocab_size,
+    }
+
+
+def h5_stats_section(written: Mapping[str, int]) -> dict:
+    keys = ("detokenized_bytes", "detokenized_chars", "loss_valid_tokens", "non_pad_tokens",
+            "num_sequences", "num_tokens")
+    return {k: int(written.get(k, 0)) for k in keys}
+
+
+def input_section(stats: Stats) -> dict:
+    """Where every input document went: read = good + bad, good = used + dropped."""
+
+    def block(c: Mapping[str, int]) -> dict:
+        return {
+            "documents_read": int(c.get("docs_read", 0)),
+            "good": int(c.get("docs_good", 0)),
+            "bad": int(sum(v for k, v in c.items() if k.startswith("bad."))),
+            "bad_by_reason": {k[4:]: int(v) for k, v in sorted(c.items()) if k.startswith("bad.")},
+            "used": int(c.get("docs_used", 0)),
+            "dropped": int(sum(v for k, v in c.items() if k.startswith("dropped."))),
+            "dropped_by_reason": {k[8:]: int(v) for k, v in sorted(c.items()) if k.startswith("dropped.")},
+        }
+
+    out = block(stats.totals)
+    out["files"] = len(stats.sources)
+    out["per_source"] = {src: block(c) for src, c in sorted(stats.sources.items())}
+    return out
+
+
+def check_accounting(section: dict) -> list[str]:
+    """Problems with the invariant read = good + bad and good = used + dropped."""
+    problems = []
+    for name, b in [("total", section)] + sorted(section.get("per_source", {}).items()):
+        if b["documents_read"] != b["good"] + b["bad"]:
+            problems.append(f"{name}: read {b['documents_read']} != good {b['good']} + bad {b['bad']}")
+        if b["good"] != b["used"] + b["dropped"]:
+            problems.append(f"{name}: good {b['good']} != used {b['used']} + dropped {b['dropped']}")
+    return problems

@@ -1,0 +1,20 @@
+"""NormalizeDocuments: ftfy and the wikitext detokenizer on every value of every document."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+
+from transforms.core.normalize import NormalizeConfig, normalize_batch
+
+__all__ = ["NormalizeDocuments"]
+
+
+class NormalizeDocuments(beam.PTransform):
+    """PCollection[DocBatch] -> PCollection[DocBatch] with normalized text and char/byte counts."""
+
+    def __init__(self, config: NormalizeConfig):
+        super().__init__()
+        self._config = config
+
+    def expand(self, batches):
+        return batches | "Normalize" >> beam.Map(normalize_batch, self._config)

@@ -1,0 +1,21 @@
+"""PackSequences: TokenBatch -> RowBlock, one independent stream per packing group."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+
+from transforms.core.pack import PackConfig, pack_batch
+
+__all__ = ["PackSequences"]
+
+
+class PackSequences(beam.PTransform):
+    """PCollection[TokenBatch] -> PCollection[RowBlock] of int32 [n, 3, msl] rows."""
+
+    def __init__(self, config: PackConfig, *, seed: int):
+        super().__init__()
+        self._config = config
+        self._seed = seed
+
+    def expand(self, batches):
+        return batches | "Pack" >> beam.Map(pack_batch, self._config, self._seed)
