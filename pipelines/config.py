@@ -13,10 +13,8 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import os
 from typing import Any, Optional
 
-import numpy as np
 import yaml
 
 __all__ = ["Config", "ConfigError", "MODES", "build_parser", "load_config", "SETTINGS"]
@@ -158,7 +156,7 @@ class Config:
         return out
 
     def fingerprint(self, exclude: tuple = ("resume_from_checkpoint", "display_pbar", "overwrite_output",
-                                            "processes")) -> str:
+                                            "processes", "output_dir")) -> str:
         """Hash of everything that determines the output bytes."""
         relevant = {k: v for k, v in self.values if k not in exclude}
         relevant["mode"] = self.mode
@@ -338,13 +336,12 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
         _require(v["num_output_files"] >= 1, "num_output_files: must be >= 1")
         _require(sources["files_per_record"] == "default",
                  "num_output_files and files_per_record are both set: choose one way to size the files")
-    _require(v["chunk_len_to_split"] is None or v["chunk_len_to_split"] >= 1, "chunk_len_to_split: must be >= 1")
+    _require(v.get("chunk_len_to_split") is None or v["chunk_len_to_split"] >= 1, "chunk_len_to_split: must be >= 1")
     _require(v["max_chunk_size"] >= 1, "max_chunk_size: must be >= 1 (KiB)")
     _require(v["packing_group_mb"] >= 1, "packing_group_mb: must be >= 1")
     _require(v["processes"] is None or v["processes"] >= 0, "processes: must be >= 0")
     for name in ("eos_id", "pad_id"):
         _require(v[name] is None or v[name] >= 0, f"{name}: must be >= 0")
-    _require(np.dtype(v["input_mask_dtype"]).itemsize >= 1, "input_mask_dtype")
     if v["keys"] and v.get("jsonl_key"):
         _require(False, "jsonl_key and dataset.keys are both set: choose one")
     if mode == SUMMARIZATION:
@@ -359,10 +356,3 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
     if v["resume_from_checkpoint"] and v["overwrite_output"]:
         _require(False, "resume_from_checkpoint and overwrite_output contradict each other")
 
-
-def output_dir_is_remote(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
-
-
-def default_processes() -> int:
-    return os.cpu_count() or 1

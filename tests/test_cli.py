@@ -1,0 +1,105 @@
+"""The command line as a user meets it: clear one-line errors, Beam options, the packaging files."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, SHARED, h5_files, require_shared, run_job
+
+GPT2 = ROOT / "data" / "tokenizers" / "gpt2"
+SAMPLE = ROOT / "data" / "sample"
+
+
+def _gpt2_args(out) -> list[str]:
+    return ["--output_dir", str(out), "--tokenizer_type", "GPT2Tokenizer",
+            "--vocab_file", str(GPT2 / "vocab.bpe"), "--encoder_file", str(GPT2 / "encoder.json")]
+
+
+def _cli(args: list[str], cwd=ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipelines.create_hdf5_dataset", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def _with(args: list[str], **replace) -> list[str]:
+    """args with the value of each --flag in `replace` swapped."""
+    args = list(args)
+    for flag, value in replace.items():
+        args[args.index(f"--{flag}") + 1] = value
+    return args
+
+
+@pytest.mark.parametrize("edit, extra, message", [
+    ({"input_dir": "/nonexistent/dir"}, [], "/nonexistent/dir"),
+    ({"vocab_file": "/nope/vocab.bpe"}, [], "/nope/vocab.bpe"),
+    ({}, ["--max_seq_length", "1"], "max_seq_length"),
+    ({}, ["--pack_sequences", "maybe"], "pack_sequences"),
+    ({}, ["--no_such_flag", "1"], "--no_such_flag"),
+])
+def test_user_errors_are_one_line_without_traceback(tmp_path, edit, extra, message):
+    argv = _with(["LMData", "--input_dir", str(SAMPLE), *_gpt2_args(tmp_path / "out")], **edit) + extra
+    proc = _cli(argv)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert message in lines[0]
+
+
+def test_non_empty_output_dir_is_refused_unless_overwrite(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("user file")
+    proc = _cli(["LMData", "--input_dir", str(SAMPLE), *_gpt2_args(out), "--runner", "FnApiRunner"])
+    assert proc.returncode == 2 and "not empty" in proc.stderr
+    params = run_job(["LMData", "--input_dir", str(SAMPLE), *_gpt2_args(out), "--max_seq_length", "256",
+                      "--overwrite_output", "True"])
+    assert (out / "keep.txt").read_text() == "user file"  # overwrite replaces only our own files
+    assert params["post-process"]["n_examples"] > 0
+
+
+def test_demo_corpus_end_to_end_with_yaml_and_beam_options(tmp_path):
+    """The bundled sample through YAML + flags + a Beam option; files are exact-size and named by output_name."""
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("processing:\n  max_seq_length: 256\n  output_name: demo\n  files_per_record: 150\n"
+                   "dataset:\n  use_ftfy: True\n  min_sequence_len: 20\n")
+    out = tmp_path / "out"
+    params = run_job(["LMData", "--params", str(cfg), "--input_dir", str(SAMPLE), *_gpt2_args(out),
+                      "--files_per_record", "100", "--direct_num_workers", "1"])
+    files = h5_files(out)
+    assert all(Path(f).name.startswith("demo_") for f in files)
+    sizes = list(params["files"].values())
+    assert sizes[:-1] == [100] * (len(sizes) - 1) and 0 < sizes[-1] <= 100  # the flag beat the YAML
+    assert params["processing"]["max_seq_length"] == 256 and params["dataset"]["min_sequence_len"] == 20
+    assert params["setup"]["dataset_processor"] == "LMDataPreprocessor"
+    assert not [p for p in out.iterdir() if p.name.startswith(".tmp") or p.suffix == ".partial"]
+
+
+def test_dockerfile_beam_version_matches_setup():
+    setup = (ROOT / "setup.py").read_text()
+    pinned = re.search(r'BEAM_VERSION = "([^"]+)"', setup).group(1)
+    image = re.search(r"^FROM apache/beam_python3\.\d+_sdk:(\S+)", (ROOT / "Dockerfile").read_text(), re.M)
+    assert image and image.group(1) == pinned
+    assert 'ENTRYPOINT ["/opt/apache/beam/boot"]' in (ROOT / "Dockerfile").read_text()
+    import apache_beam
+
+    assert apache_beam.__version__ == pinned
+
+
+def test_example_configs_load():
+    from pipelines.config import load_config
+
+    for mode, name in [("LMData", "lm_data.yaml"), ("Summarization", "summarization.yaml"), ("FIM", "fim.yaml")]:
+        config, rest = load_config([mode, "--params", str(ROOT / "configs" / name), "--input_dir", "x"])
+        assert config.mode == mode and rest == []
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in readme and "make demo" in readme
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
