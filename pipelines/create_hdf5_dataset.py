@@ -28,6 +28,7 @@ from pipelines.config import FIM, LMDATA, SUMMARIZATION, Config, ConfigError, lo
 from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
 from transforms.core.records import InputFile
+from transforms.core.summarization import SummarizationConfig
 from transforms.core.tokenizer import TokenizerFiles, build_tokenizer
 from transforms.io import fs
 from transforms.io.discover import discover_input_files
@@ -37,6 +38,7 @@ from transforms.io.read_corpus import DEAD_LETTERS, DOCS, ReadCorpus
 from transforms.io.tokenizer_files import read_tokenizer_files
 from transforms.stages.normalize import NormalizeDocuments
 from transforms.stages.pack import PackSequences
+from transforms.stages.summarize import BuildSummarizationRows
 from transforms.stages.tokenize import TokenizeDocuments
 
 __all__ = ["main", "build", "plan_job", "JobPlan", "UserError"]
@@ -62,6 +64,7 @@ class JobPlan:
     split_len: Optional[int]
     remove_bos_in_chunks: bool
     pack: PackConfig
+    summarization: Optional[SummarizationConfig]
     seed: int
     output_dir: str
     output_name: str
@@ -125,7 +128,8 @@ def plan_job(config: Config) -> JobPlan:
     sections["processing"]["eos_id"] = config.eos_id
     sections["processing"]["pad_id"] = config.pad_id
     extra = {"tokenizer": {"fingerprint": tokenizer.fingerprint(), "vocab_size": tokenizer.vocab_size,
-                           "eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id, "bos_id": tokenizer.bos_id},
+                           "eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id, "bos_id": tokenizer.bos_id,
+                           "sep_id": tokenizer.sep_id},
              "config_fingerprint": config.fingerprint()}
     return JobPlan(
         mode=config.mode,
@@ -141,6 +145,10 @@ def plan_job(config: Config) -> JobPlan:
             max_seq_length=config.max_seq_length, pad_id=tokenizer.pad_id, pack_sequences=config.pack_sequences,
             min_sequence_len=config.min_sequence_len, short_seq_prob=config.short_seq_prob,
             inverted_mask=config.inverted_mask, write_remainder=config.write_remainder),
+        summarization=SummarizationConfig(
+            max_seq_length=config.max_seq_length, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
+            sep_id=tokenizer.sep_id, min_sequence_len=config.min_sequence_len,
+            inverted_mask=config.inverted_mask) if config.mode == SUMMARIZATION else None,
         seed=config.seed,
         output_dir=config.output_dir,
         output_name=config.output_name,
@@ -167,20 +175,24 @@ def _check_dtypes(config: Config, vocab_size: int) -> None:
 
 def build(pipeline: beam.Pipeline, plan: JobPlan):
     """Wire the stages; returns the PCollection holding the final params dict."""
-    if plan.mode != LMDATA:
-        raise NotImplementedError(f"{plan.mode} mode is not implemented yet")
+    if plan.mode == FIM:
+        raise NotImplementedError("FIM mode is not implemented yet")
     read = (
         pipeline
         | "InputFiles" >> beam.Create(plan.files)
         | "ReadCorpus" >> ReadCorpus(keys=plan.keys, join_keys=plan.join_keys, group_bytes=plan.group_bytes)
     )
-    blocks = (
+    tokens = (
         read[DOCS]
         | "NormalizeDocuments" >> NormalizeDocuments(plan.normalize)
-        | "TokenizeDocuments" >> TokenizeDocuments(plan.tokenizer_files, split_len=plan.split_len,
-                                                   remove_bos_in_chunks=plan.remove_bos_in_chunks)
-        | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
+        | "TokenizeDocuments" >> TokenizeDocuments(
+            plan.tokenizer_files, split_len=plan.split_len, remove_bos_in_chunks=plan.remove_bos_in_chunks,
+            append_eos=plan.mode != SUMMARIZATION)
     )
+    if plan.mode == SUMMARIZATION:
+        blocks = tokens | "BuildSummarizationRows" >> BuildSummarizationRows(plan.summarization)
+    else:
+        blocks = tokens | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
     stats = blocks | "Stats" >> beam.Map(lambda b: b.stats) | "MergeStats" >> beam.CombineGlobally(MergeStats())
     dead_letters = read[DEAD_LETTERS] | "DeadLetters" >> WriteDeadLetters(plan.output_dir)
     shards = blocks | "WriteHdf5Shards" >> WriteHdf5Shards(
