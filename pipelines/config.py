@@ -276,6 +276,8 @@ def _flatten_yaml(data: dict, mode: str, path: str) -> dict:
             if mode not in s.modes:
                 raise ConfigError(f"{path}: setting {section}.{key} does not apply to {mode} "
                                   f"(it is for {', '.join(s.modes)})")
+            if value is None:
+                continue  # "key:" with no value leaves the setting unset
             if key in flat and flat[key] != value:
                 raise ConfigError(f"{path}: setting {key} is given twice with different values")
             flat[key] = value
@@ -331,6 +333,8 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
     _require(v["min_sequence_len"] <= msl + 1,
              f"min_sequence_len: {v['min_sequence_len']} exceeds max_seq_length + 1 = {msl + 1}; every row would be dropped")
     _require(0.0 <= v["short_seq_prob"] <= 1.0, "short_seq_prob: must be within [0, 1]")
+    _require(v["short_seq_prob"] == 0.0 or msl >= 3,
+             "short_seq_prob: cutting rows to a random length in [2, max_seq_length - 1] needs max_seq_length >= 3")
     _require(v["files_per_record"] >= 1, "files_per_record: must be >= 1")
     if v["num_output_files"] is not None:
         _require(v["num_output_files"] >= 1, "num_output_files: must be >= 1")

@@ -198,7 +198,7 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
     shards = blocks | "WriteHdf5Shards" >> WriteHdf5Shards(
         output_dir=plan.output_dir, output_name=plan.output_name, files_per_record=plan.files_per_record,
         num_output_files=plan.num_output_files, inverted_mask=plan.pack.inverted_mask,
-        tokenizer_files=plan.tokenizer_files)
+        trailing_eos_input=plan.mode == SUMMARIZATION, tokenizer_files=plan.tokenizer_files)
     return shards | "WriteDatasetParams" >> WriteDatasetParams(
         output_dir=plan.output_dir, sections=plan.sections, eos_id=plan.eos_id, pad_id=plan.pad_id,
         vocab_size=plan.vocab_size, stats=stats, dead_letters=dead_letters, extra=plan.extra)

@@ -82,16 +82,17 @@ def test_summarization_like_row_non_pad_is_the_real_input_length():
     np.testing.assert_array_equal(r[1], [0, 0, 1, 1, 1, 0, 0, 0, 0, 0])
     np.testing.assert_array_equal(r[2], [12, 13, 21, 22, EOS, PAD, PAD, PAD, PAD, PAD])
     rows = np.stack([r])
-    s = row_stats(rows, inverted_mask=False)
+    s = row_stats(rows, inverted_mask=False, trailing_eos_input=True)
     inverted = rows.copy()
     inverted[:, 1] ^= 1
-    assert row_stats(inverted, inverted_mask=True) == s  # inverted_mask (which works in Summarization)
+    # inverted_mask (which works in Summarization)
+    assert row_stats(inverted, inverted_mask=True, trailing_eos_input=True) == s
     real_input = len(prompt) + len(completion) + 1  # P + C + the EOS input position
     assert s["loss_valid_tokens"] == len(completion) + 1
     assert s["num_masked_tokens"] == msl - len(completion) - 1
     assert s["non_pad_tokens"] == real_input
     assert s["num_pad_tokens"] == msl - real_input
-    assert list(real_lengths(rows, inverted_mask=False)) == [real_input]
+    assert list(real_lengths(rows, inverted_mask=False, trailing_eos_input=True)) == [real_input]
 
 
 def test_no_rows():

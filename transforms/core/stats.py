@@ -52,20 +52,27 @@ def merge(stats: Iterable[Stats]) -> Stats:
     return out
 
 
-def row_stats(rows: np.ndarray, inverted_mask: bool) -> Counter:
-    """Counts recomputed from rows exactly as they are written.
+def real_lengths(rows: np.ndarray, inverted_mask: bool, trailing_eos_input: bool = False) -> np.ndarray:
+    """Per row, the number of non-pad input positions.
 
-    A position is "loss-valid" where the mask says so (1, or 0 when inverted).
-    Padding is everything after the last loss-valid position of a row: every
-    mode puts real tokens first and loss on the last real input (whose label
-    is EOS or the next token), so this holds for LMData, Summarization and FIM.
+    Every mode puts real tokens first and trains the last real input whose
+    label is a real token, so the real inputs end right after the last
+    loss-valid position. Summarization rows (`trailing_eos_input`) hold one
+    more: the EOS, an input whose label is padding and which carries no loss.
     """
-    n, _, msl = rows.shape
+    msl = rows.shape[2]
     loss = rows[:, 1, :] == (0 if inverted_mask else 1)
-    loss_valid = int(loss.sum())
-    any_loss = loss.any(axis=1)
-    last = msl - np.argmax(loss[:, ::-1], axis=1)  # index after the last loss-valid position
-    non_pad = int(np.where(any_loss, last, 0).sum())
+    end = msl - np.argmax(loss[:, ::-1], axis=1)  # index after the last loss-valid position
+    if trailing_eos_input:
+        end = np.minimum(end + 1, msl)
+    return np.where(loss.any(axis=1), end, 0)
+
+
+def row_stats(rows: np.ndarray, inverted_mask: bool, trailing_eos_input: bool = False) -> Counter:
+    """Counts recomputed from rows exactly as they are written (see `real_lengths`)."""
+    n, _, msl = rows.shape
+    loss_valid = int((rows[:, 1, :] == (0 if inverted_mask else 1)).sum())
+    non_pad = int(real_lengths(rows, inverted_mask, trailing_eos_input).sum())
     return Counter({
         "num_sequences": n,
         "num_tokens": n * msl,
@@ -74,14 +81,6 @@ def row_stats(rows: np.ndarray, inverted_mask: bool) -> Counter:
         "non_pad_tokens": non_pad,
         "num_pad_tokens": n * msl - non_pad,
     })
-
-
-def real_lengths(rows: np.ndarray, inverted_mask: bool) -> np.ndarray:
-    """Per row, the number of non-pad input positions (see `row_stats`)."""
-    msl = rows.shape[2]
-    loss = rows[:, 1, :] == (0 if inverted_mask else 1)
-    last = msl - np.argmax(loss[:, ::-1], axis=1)
-    return np.where(loss.any(axis=1), last, 0)
 
 
 def post_process_section(stats: Stats, written: Mapping[str, int], *, eos_id: int, pad_id: int,

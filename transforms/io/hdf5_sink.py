@@ -56,10 +56,12 @@ def _assign_to_files(block: RowBlock, layout: Layout):
 
 
 class _WriteShardFn(beam.DoFn):
-    def __init__(self, output_dir: str, output_name: str, inverted_mask: bool, tokenizer_files: TokenizerFiles):
+    def __init__(self, output_dir: str, output_name: str, inverted_mask: bool, trailing_eos_input: bool,
+                 tokenizer_files: TokenizerFiles):
         self._output_dir = output_dir
         self._output_name = output_name
         self._inverted_mask = inverted_mask
+        self._trailing_eos_input = trailing_eos_input
         self._tokenizer_files = tokenizer_files
         self._tokenizer = None
         self._written = beam.metrics.Metrics.counter("write", "sequences")
@@ -91,8 +93,8 @@ class _WriteShardFn(beam.DoFn):
             n_attr = int(f.attrs["n_examples"])
         if n_attr != data.shape[0]:
             raise RuntimeError(f"{path}: n_examples {n_attr} != rows {data.shape[0]}")
-        counters = row_stats(data, self._inverted_mask)
-        lengths = real_lengths(data, self._inverted_mask)
+        counters = row_stats(data, self._inverted_mask, self._trailing_eos_input)
+        lengths = real_lengths(data, self._inverted_mask, self._trailing_eos_input)
         texts = self._tokenizer.decode_batch([data[i, 0, :n].tolist() for i, n in enumerate(lengths)])
         counters["detokenized_chars"] = sum(len(t) for t in texts)
         counters["detokenized_bytes"] = sum(len(t.encode("utf-8", errors="surrogatepass")) for t in texts)
@@ -103,11 +105,11 @@ class WriteHdf5Shards(beam.PTransform):
     """PCollection[RowBlock] -> PCollection[ShardResult], one per committed file."""
 
     def __init__(self, *, output_dir: str, output_name: str, files_per_record: int, num_output_files=None,
-                 inverted_mask: bool, tokenizer_files: TokenizerFiles):
+                 inverted_mask: bool, trailing_eos_input: bool = False, tokenizer_files: TokenizerFiles):
         super().__init__()
         self._files_per_record = files_per_record
         self._num_output_files = num_output_files
-        self._fn = _WriteShardFn(output_dir, output_name, inverted_mask, tokenizer_files)
+        self._fn = _WriteShardFn(output_dir, output_name, inverted_mask, trailing_eos_input, tokenizer_files)
 
     def expand(self, blocks):
         layout = (
