@@ -1,0 +1,69 @@
+"""Pipeline-level behaviour on real corpora: packing groups, determinism, exact file sizes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+
+from tests.helpers import ROOT, SHARED, h5_files, read_rows, require_shared, run_job
+
+GPT2 = ROOT / "data" / "tokenizers" / "gpt2"
+
+
+def _args(input_dir, out, *extra) -> list[str]:
+    return ["LMData", "--input_dir", str(input_dir), "--output_dir", str(out), "--tokenizer_type",
+            "GPT2Tokenizer", "--vocab_file", str(GPT2 / "vocab.bpe"), "--encoder_file", str(GPT2 / "encoder.json"),
+            "--max_seq_length", "512", *extra]
+
+
+def _digests(out) -> dict:
+    return {p.rsplit("/", 1)[1]: hashlib.sha256(open(p, "rb").read()).hexdigest() for p in h5_files(out)}
+
+
+def test_large_file_is_packed_in_fixed_slices(tmp_path):
+    corpus = require_shared(SHARED / "corpora" / "en_small_pd.jsonl")  # 2.2 MB: three 1 MiB slices
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "en.jsonl").write_bytes(corpus.read_bytes())
+    params = run_job(_args(src, tmp_path / "out", "--packing_group_mb", "1", "--files_per_record", "1000"))
+    texts = [len(json.loads(line)["text"]) for line in corpus.read_text().splitlines()]
+    slices, size = 1, 0
+    for n in texts[:-1]:  # a slice closes once it holds >= 1 MiB of text
+        size += n
+        if size >= 1 << 20:
+            slices, size = slices + 1, 0
+    assert slices >= 2
+    rows = read_rows(tmp_path / "out")
+    padded = int((rows[:, 1, :] == 0).any(axis=1).sum())
+    assert padded == slices, "one padded remainder row per slice"
+    assert params["input"]["documents_read"] == params["input"]["used"] == 457
+    # Rows are the slices' streams one after another: every document's tokens appear in order.
+    whole = run_job(_args(src, tmp_path / "whole", "--files_per_record", "1000"))
+    assert params["post-process"]["n_examples"] - slices < whole["post-process"]["n_examples"] \
+        <= params["post-process"]["n_examples"]
+    # Each stream of L tokens trains on L - 1 of them: a cut between slices costs one prediction.
+    assert whole["post-process"]["loss_valid_tokens"] == params["post-process"]["loss_valid_tokens"] + slices - 1
+
+
+def test_same_input_same_bytes_and_exact_file_sizes(tmp_path):
+    require_shared(SHARED / "corpora")
+    src = tmp_path / "in"
+    src.mkdir()
+    for name in ("en_small_pd.jsonl", "code_small.jsonl"):
+        (src / name).write_bytes((SHARED / "corpora" / name).read_bytes())
+    a = run_job(_args(src, tmp_path / "a", "--files_per_record", "300", "--short_seq_prob", "0.1"))
+    b = run_job(_args(src, tmp_path / "b", "--files_per_record", "300", "--short_seq_prob", "0.1"))
+    assert _digests(tmp_path / "a") == _digests(tmp_path / "b")
+    sizes = list(a["files"].values())
+    assert sizes[:-1] == [300] * (len(sizes) - 1) and 0 < sizes[-1] <= 300
+    c = run_job(_args(src, tmp_path / "c", "--num_output_files", "4", "--short_seq_prob", "0.1"))
+    sizes = list(c["files"].values())
+    assert len(sizes) == 4 and max(sizes) - min(sizes) <= 1
+    assert np.array_equal(read_rows(tmp_path / "a"), read_rows(tmp_path / "c"))
+    assert json.dumps(a["post-process"]) == json.dumps(b["post-process"])
+    seeded = run_job(_args(src, tmp_path / "d", "--files_per_record", "300", "--short_seq_prob", "0.1",
+                           "--seed", "1"))
+    assert seeded["post-process"]["n_examples"] != a["post-process"]["n_examples"] or \
+        _digests(tmp_path / "d") != _digests(tmp_path / "a")
