@@ -25,6 +25,7 @@ import fsspec
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.config import FIM, LMDATA, SUMMARIZATION, Config, ConfigError, load_config
+from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
 from transforms.core.records import InputFile
@@ -36,6 +37,7 @@ from transforms.io.hdf5_sink import WriteHdf5Shards
 from transforms.io.manifest import DEAD_LETTER_DIR, PARAMS_FILE, MergeStats, WriteDatasetParams, WriteDeadLetters
 from transforms.io.read_corpus import DEAD_LETTERS, DOCS, ReadCorpus
 from transforms.io.tokenizer_files import read_tokenizer_files
+from transforms.stages.fim import ApplyFim
 from transforms.stages.normalize import NormalizeDocuments
 from transforms.stages.pack import PackSequences
 from transforms.stages.summarize import BuildSummarizationRows
@@ -65,6 +67,7 @@ class JobPlan:
     remove_bos_in_chunks: bool
     pack: PackConfig
     summarization: Optional[SummarizationConfig]
+    fim: Optional[FimConfig]
     seed: int
     output_dir: str
     output_name: str
@@ -123,6 +126,15 @@ def plan_job(config: Config) -> JobPlan:
     except (FileNotFoundError, ValueError, OSError) as e:
         raise UserError(f"tokenizer: {e}") from None
     _check_dtypes(config, tokenizer.vocab_size)
+    fim = None
+    if config.mode == FIM:
+        try:
+            fim = make_fim_config(tokenizer, max_seq_length=config.max_seq_length, fim_rate=config.fim_rate,
+                                  spm_rate=config.spm_rate, prefix_tok=config.fim_prefix_tok,
+                                  middle_tok=config.fim_middle_tok, suffix_tok=config.fim_suffix_tok,
+                                  inverted_mask=config.inverted_mask)
+        except ValueError as e:
+            raise UserError(f"FIM: {e}") from None
 
     sections = config.sections()
     sections["processing"]["eos_id"] = config.eos_id
@@ -144,11 +156,13 @@ def plan_job(config: Config) -> JobPlan:
         pack=PackConfig(
             max_seq_length=config.max_seq_length, pad_id=tokenizer.pad_id, pack_sequences=config.pack_sequences,
             min_sequence_len=config.min_sequence_len, short_seq_prob=config.short_seq_prob,
-            inverted_mask=config.inverted_mask, write_remainder=config.write_remainder),
+            # FIM rebuilds the mask of every row, inverting it itself.
+            inverted_mask=config.inverted_mask and config.mode != FIM, write_remainder=config.write_remainder),
         summarization=SummarizationConfig(
             max_seq_length=config.max_seq_length, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
             sep_id=tokenizer.sep_id, min_sequence_len=config.min_sequence_len,
             inverted_mask=config.inverted_mask) if config.mode == SUMMARIZATION else None,
+        fim=fim,
         seed=config.seed,
         output_dir=config.output_dir,
         output_name=config.output_name,
@@ -175,8 +189,6 @@ def _check_dtypes(config: Config, vocab_size: int) -> None:
 
 def build(pipeline: beam.Pipeline, plan: JobPlan):
     """Wire the stages; returns the PCollection holding the final params dict."""
-    if plan.mode == FIM:
-        raise NotImplementedError("FIM mode is not implemented yet")
     read = (
         pipeline
         | "InputFiles" >> beam.Create(plan.files)
@@ -187,18 +199,20 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         | "NormalizeDocuments" >> NormalizeDocuments(plan.normalize)
         | "TokenizeDocuments" >> TokenizeDocuments(
             plan.tokenizer_files, split_len=plan.split_len, remove_bos_in_chunks=plan.remove_bos_in_chunks,
-            append_eos=plan.mode != SUMMARIZATION)
+            append_eos=plan.mode != SUMMARIZATION, drop_bos=plan.mode == FIM)
     )
     if plan.mode == SUMMARIZATION:
         blocks = tokens | "BuildSummarizationRows" >> BuildSummarizationRows(plan.summarization)
     else:
         blocks = tokens | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
+    if plan.mode == FIM:
+        blocks = blocks | "ApplyFim" >> ApplyFim(plan.fim, tokenizer_files=plan.tokenizer_files, seed=plan.seed)
     stats = blocks | "Stats" >> beam.Map(lambda b: b.stats) | "MergeStats" >> beam.CombineGlobally(MergeStats())
     dead_letters = read[DEAD_LETTERS] | "DeadLetters" >> WriteDeadLetters(plan.output_dir)
     shards = blocks | "WriteHdf5Shards" >> WriteHdf5Shards(
         output_dir=plan.output_dir, output_name=plan.output_name, files_per_record=plan.files_per_record,
-        num_output_files=plan.num_output_files, inverted_mask=plan.pack.inverted_mask,
-        trailing_eos_input=plan.mode == SUMMARIZATION, tokenizer_files=plan.tokenizer_files)
+        num_output_files=plan.num_output_files, inverted_mask=plan.sections["dataset"]["inverted_mask"],
+        trailing_eos_input=plan.mode in (SUMMARIZATION, FIM), tokenizer_files=plan.tokenizer_files)
     return shards | "WriteDatasetParams" >> WriteDatasetParams(
         output_dir=plan.output_dir, sections=plan.sections, eos_id=plan.eos_id, pad_id=plan.pad_id,
         vocab_size=plan.vocab_size, stats=stats, dead_letters=dead_letters, extra=plan.extra)

@@ -25,11 +25,14 @@ def require_shared(path: Path = SHARED) -> Path:
     return path
 
 
-def run_job(argv: list[str]) -> dict:
-    """Run create_hdf5_dataset in-process on FnApiRunner; return data_params.json."""
+MULTI_PROCESSING = ["--runner", "DirectRunner", "--direct_running_mode", "multi_processing"]
+
+
+def run_job(argv: list[str], runner: list[str] = RUNNER) -> dict:
+    """Run create_hdf5_dataset in-process (FnApiRunner unless told otherwise); return data_params.json."""
     from pipelines.create_hdf5_dataset import main
 
-    code = main(list(argv) + RUNNER)
+    code = main(list(argv) + runner)
     assert code == 0, f"create_hdf5_dataset exited {code}"
     out = argv[argv.index("--output_dir") + 1]
     with open(os.path.join(out, "data_params.json")) as f:
@@ -75,3 +78,50 @@ def assert_dataloader_rules(path: str) -> int:
         assert d.compression == "gzip", f"{path}: compression {d.compression}"
         assert int(f.attrs["n_examples"]) == d.shape[0], f"{path}: n_examples"
         return d.shape[0]
+
+
+def recount(out_dir, *, inverted: bool, trailing_eos_input: bool, tokenizer) -> dict:
+    """Statistics recomputed from the written files alone, independently of transforms.core.stats.
+
+    The real (non-pad) inputs of a row end after its last trained position;
+    Summarization and FIM rows also hold the final EOS as an untrained input.
+    """
+    n = tokens = loss = non_pad = chars = nbytes = 0
+    for path in h5_files(out_dir):
+        with h5py.File(path, "r") as f:
+            rows = f["data"][()]
+        n += len(rows)
+        tokens += rows.shape[0] * rows.shape[2]
+        for r in rows:
+            valid = (r[1] == 0) if inverted else (r[1] == 1)
+            loss += int(valid.sum())
+            last = int(np.flatnonzero(valid)[-1]) + 1
+            if trailing_eos_input:
+                last = min(last + 1, rows.shape[2])
+            non_pad += last
+            text = tokenizer.decode(r[0, :last].tolist())
+            chars += len(text)
+            nbytes += len(text.encode("utf-8"))
+    return {"n": n, "tokens": tokens, "loss": loss, "non_pad": non_pad, "chars": chars, "bytes": nbytes}
+
+
+def assert_stats_recount(out_dir, params: dict, tokenizer) -> None:
+    """Every post-process and h5_dataset_stats number equals a recount of the files; accounting adds up."""
+    mode = params["setup"]["mode"]
+    c = recount(out_dir, inverted=params["dataset"]["inverted_mask"],
+                trailing_eos_input=mode in ("Summarization", "FIM"), tokenizer=tokenizer)
+    post, h5s = params["post-process"], params["h5_dataset_stats"]
+    assert post["n_examples"] == h5s["num_sequences"] == c["n"] == sum(params["files"].values())
+    assert post["num_tokens"] == h5s["num_tokens"] == c["tokens"]
+    assert post["loss_valid_tokens"] == h5s["loss_valid_tokens"] == c["loss"]
+    assert post["num_masked_tokens"] == c["tokens"] - c["loss"]
+    assert h5s["non_pad_tokens"] == c["non_pad"]
+    assert post["num_pad_tokens"] == c["tokens"] - c["non_pad"]
+    assert h5s["detokenized_chars"] == c["chars"]
+    assert h5s["detokenized_bytes"] == c["bytes"]
+    inp = params["input"]
+    assert inp["documents_read"] == inp["good"] + inp["bad"]
+    assert inp["good"] == inp["used"] + inp["dropped"]
+    assert post["processed_files"] == inp["good"]
+    assert post["discarded_files"] == inp["dropped"]
+    assert post["successful_files"] == inp["used"]

@@ -40,7 +40,7 @@ from transforms.core.pack import PackConfig, pack_documents
 from transforms.core.tokenizer import GPT2, HF, NEOX, build_tokenizer, tokenize_documents
 
 SENTINELS = ("<fim_prefix>", "<fim_middle>", "<fim_suffix>")
-PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # ------------------------------------------------------------ test helpers
@@ -340,7 +340,8 @@ def _setup(name, msl, fim_rate=0.9, spm_rate=0.5):
 
 
 # No "<" (special-token text) and no control characters (Mistral sentinels).
-ALPHABET = st.sampled_from(list("abcdefghijklmnopqrstuvwxyz ABCXYZ0123456789.,;:'\"()-_\n\t") + ["é", "ü", "中", "😀"])
+ALPHABET = st.sampled_from(list("abcdefghijklmnopqrstuvwxyz ABCXYZ0123456789.,;:'\"()-_\n\t")
+                           + ["é", "ü", "中", "😀"])
 DOCS = st.lists(st.text(ALPHABET, max_size=80), min_size=1, max_size=6)
 KINDS = ["neox", "gpt2", "mistral"]
 
@@ -418,8 +419,8 @@ def test_round_trip_without_truncation(name, docs, cut, seed):
        seed=st.integers(0, 2**32 - 1), pack=st.booleans())
 def test_packed_rows_shape_and_sentinels(name, docs, msl, seed, pack):
     lm, cfg, encode, decode = _setup(name, msl)
-    rows = pack_documents(tokenize_documents(lm, docs),
-                          PackConfig(max_seq_length=msl, pad_id=lm.pad_id, pack_sequences=pack, min_sequence_len=2)).rows
+    pack_cfg = PackConfig(max_seq_length=msl, pad_id=lm.pad_id, pack_sequences=pack, min_sequence_len=2)
+    rows = pack_documents(tokenize_documents(lm, docs), pack_cfg).rows
     rs = np.random.RandomState(seed)
     for lm_row in rows:
         tokens = row_tokens(lm_row)
@@ -528,8 +529,8 @@ def test_unpacked_rows_never_take_padding_as_content():
     lm, cfg, encode, decode = _setup("neox", 64)
     assert lm.pad_id != lm.eos_id
     docs = ["short one", "another short document here", "x"]
-    rows = pack_documents(tokenize_documents(lm, docs),
-                          PackConfig(max_seq_length=64, pad_id=lm.pad_id, pack_sequences=False, min_sequence_len=2)).rows
+    pack_cfg = PackConfig(max_seq_length=64, pad_id=lm.pad_id, pack_sequences=False, min_sequence_len=2)
+    rows = pack_documents(tokenize_documents(lm, docs), pack_cfg).rows
     for i, lm_row in enumerate(rows):
         tokens = row_tokens(lm_row)
         assert lm.pad_id not in tokens.tolist()

@@ -16,7 +16,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from tests.helpers import (GOLDEN, REFERENCE, assert_dataloader_rules, golden_command, h5_files, read_rows,
+from tests.helpers import (GOLDEN, REFERENCE, assert_dataloader_rules, assert_stats_recount, golden_command, h5_files, read_rows,
                            reference_order, require_shared, run_job)
 
 PACK_CASES = ["lm_pack_hf", "lm_parquet_pack_hf", "lm_pack_noftfy_wikitext_hf", "lm_pack_gpt2"]
@@ -185,31 +185,6 @@ def ref_rows_mask_like(rows: np.ndarray) -> np.ndarray:
     return mask
 
 
-def _recount(out: str, inverted: bool, tokenizer) -> dict:
-    """Statistics recomputed from the written files alone, independently of transforms.core.stats."""
-    n = tokens = loss = non_pad = chars = nbytes = 0
-    for path in h5_files(out):
-        rows = read_rows_file(path)
-        n += len(rows)
-        tokens += rows.shape[0] * rows.shape[2]
-        for r in rows:
-            valid = (r[1] == 0) if inverted else (r[1] == 1)
-            loss += int(valid.sum())
-            last = int(np.flatnonzero(valid)[-1]) + 1
-            non_pad += last
-            text = tokenizer.decode(r[0, :last].tolist())
-            chars += len(text)
-            nbytes += len(text.encode("utf-8"))
-    return {"n": n, "tokens": tokens, "loss": loss, "non_pad": non_pad, "chars": chars, "bytes": nbytes}
-
-
-def read_rows_file(path: str) -> np.ndarray:
-    import h5py
-
-    with h5py.File(path, "r") as f:
-        return f["data"][()]
-
-
 @pytest.mark.parametrize("case", PACK_CASES + NOPACK_CASES)
 def test_statistics_equal_a_recount_of_the_files(case, runs):
     from transforms.core.tokenizer import build_tokenizer
@@ -225,19 +200,4 @@ def test_statistics_equal_a_recount_of_the_files(case, runs):
             huggingface_tokenizer=proc.get("huggingface_tokenizer")))
     finally:
         os.chdir(cwd)
-    c = _recount(out, params["dataset"]["inverted_mask"], tok)
-    post, h5s = params["post-process"], params["h5_dataset_stats"]
-    assert post["n_examples"] == h5s["num_sequences"] == c["n"] == sum(params["files"].values())
-    assert post["num_tokens"] == h5s["num_tokens"] == c["tokens"]
-    assert post["loss_valid_tokens"] == h5s["loss_valid_tokens"] == c["loss"]
-    assert post["num_masked_tokens"] == c["tokens"] - c["loss"]
-    assert h5s["non_pad_tokens"] == c["non_pad"]
-    assert post["num_pad_tokens"] == c["tokens"] - c["non_pad"]
-    assert h5s["detokenized_chars"] == c["chars"]
-    assert h5s["detokenized_bytes"] == c["bytes"]
-    inp = params["input"]
-    assert inp["documents_read"] == inp["good"] + inp["bad"]
-    assert inp["good"] == inp["used"] + inp["dropped"]
-    assert post["processed_files"] == inp["good"]
-    assert post["discarded_files"] == inp["dropped"]
-    assert post["successful_files"] == inp["used"]
+    assert_stats_recount(out, params, tok)

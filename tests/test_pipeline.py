@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from tests.helpers import ROOT, SHARED, h5_files, read_rows, require_shared, run_job
+from tests.helpers import MULTI_PROCESSING, assert_stats_recount, REFERENCE, ROOT, RUNNER, SHARED, h5_files, read_rows, require_shared, run_job
 
 GPT2 = ROOT / "data" / "tokenizers" / "gpt2"
 
@@ -67,3 +67,51 @@ def test_same_input_same_bytes_and_exact_file_sizes(tmp_path):
                            "--seed", "1"))
     assert seeded["post-process"]["n_examples"] != a["post-process"]["n_examples"] or \
         _digests(tmp_path / "d") != _digests(tmp_path / "a")
+
+
+RUNNER_SETTINGS = {
+    "in_memory": RUNNER,
+    "multi_processing_1": MULTI_PROCESSING + ["--direct_num_workers", "1"],
+    "multi_processing_2": MULTI_PROCESSING + ["--direct_num_workers", "2"],
+}
+
+
+def _without_run_specific(params: dict) -> dict:
+    params = dict(params)
+    params["setup"] = {k: v for k, v in params["setup"].items() if k != "output_dir"}
+    return params
+
+
+def _fim_args(out, seed="0") -> list[str]:
+    ref = REFERENCE
+    return ["FIM", "--input_dir", str(ref / "inputs" / "fim"), "--output_dir", str(out),
+            "--tokenizer_type", "HuggingFaceTokenizer", "--huggingface_tokenizer", str(ref / "tokenizer" / "hf"),
+            "--max_seq_length", "128", "--files_per_record", "150", "--seed", seed,
+            "--fim_prefix_tok", "<fim_prefix>", "--fim_middle_tok", "<fim_middle>", "--fim_suffix_tok", "<fim_suffix>"]
+
+
+def test_output_is_byte_identical_across_runner_settings(tmp_path):
+    """LMData (with short_seq_prob draws) and FIM on three runner settings: same bytes, same statistics."""
+    require_shared(REFERENCE)
+    lm = {}
+    fim = {}
+    for name, runner in RUNNER_SETTINGS.items():
+        lm_params = run_job(_args(REFERENCE / "inputs" / "lm", tmp_path / f"lm_{name}", "--files_per_record", "200",
+                                  "--short_seq_prob", "0.2"), runner=runner)
+        fim_params = run_job(_fim_args(tmp_path / f"fim_{name}"), runner=runner)
+        lm[name] = (_digests(tmp_path / f"lm_{name}"), _without_run_specific(lm_params))
+        fim[name] = (_digests(tmp_path / f"fim_{name}"), _without_run_specific(fim_params))
+    for results in (lm, fim):
+        first = results["in_memory"]
+        assert len(first[0]) > 1
+        for name, result in results.items():
+            assert result == first, name
+    from transforms.core.tokenizer import build_tokenizer
+    from transforms.io.tokenizer_files import read_tokenizer_files
+
+    tok = build_tokenizer(read_tokenizer_files("HuggingFaceTokenizer",
+                                               huggingface_tokenizer=str(REFERENCE / "tokenizer" / "hf")))
+    assert_stats_recount(tmp_path / "fim_in_memory", fim["in_memory"][1], tok)
+    other_seed = run_job(_fim_args(tmp_path / "fim_seed1", seed="1"))
+    assert _digests(tmp_path / "fim_seed1") != fim["in_memory"][0]
+    assert other_seed["post-process"]["n_examples"] == fim["in_memory"][1]["post-process"]["n_examples"]

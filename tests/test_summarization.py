@@ -8,8 +8,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from tests.helpers import GOLDEN, REFERENCE, assert_dataloader_rules, golden_command, h5_files, read_rows, \
-    reference_order, require_shared, run_job
+from tests.helpers import (GOLDEN, REFERENCE, ROOT, assert_dataloader_rules, assert_stats_recount, golden_command,
+                           h5_files, read_rows, reference_order, require_shared, run_job)
 from transforms.core.summarization import SummarizationConfig, summarization_row
 
 MSL = 256
@@ -46,6 +46,21 @@ def test_empty_prompt_does_not_crash_and_trains_on_the_rest():
     np.testing.assert_array_equal(row, [[3, 4, 9, 0], [1, 1, 0, 0], [4, 9, 0, 0]])
 
 
+def _tokenizer_of(params: dict):
+    from transforms.core.tokenizer import build_tokenizer
+    from transforms.io.tokenizer_files import read_tokenizer_files
+
+    proc, data = params["processing"], params["dataset"]
+    cwd = os.getcwd()
+    os.chdir(REFERENCE)
+    try:
+        return build_tokenizer(read_tokenizer_files(
+            proc["tokenizer_type"], vocab_file=proc.get("vocab_file"), encoder_file=proc.get("encoder_file"),
+            huggingface_tokenizer=proc.get("huggingface_tokenizer"), sep_token=data.get("sep_token")))
+    finally:
+        os.chdir(cwd)
+
+
 def _run_case(case: str, tmp_path) -> tuple[np.ndarray, np.ndarray, dict]:
     require_shared(GOLDEN)
     out = str(tmp_path / "out")
@@ -60,6 +75,7 @@ def _run_case(case: str, tmp_path) -> tuple[np.ndarray, np.ndarray, dict]:
         os.chdir(cwd)
     for path in h5_files(out):
         assert_dataloader_rules(path)
+    assert_stats_recount(out, params, _tokenizer_of(params))
     return read_rows(out), read_rows(GOLDEN / case / "out", order=reference_order), params
 
 
@@ -101,3 +117,45 @@ def test_golden_summarization_sep_neox_really_inserts_sep(tmp_path):
         expected.append(np.stack([x[:-1], mask, x[1:]]))
     assert _multiset(ours) == _multiset(expected)
     assert (ours[:, 0, :] == sep).sum(axis=1).tolist() == [1] * len(ours)
+
+
+def test_bad_records_never_shift_pairs_and_sep_works_with_gpt2(tmp_path):
+    """A record missing a key or holding a non-string is dead-lettered; every other record keeps its own pair."""
+    import json
+
+    from transforms.core.tokenizer import build_tokenizer
+    from transforms.io.tokenizer_files import read_tokenizer_files
+
+    src = tmp_path / "in"
+    src.mkdir()
+    records = [
+        {"prompt": "alpha prompt", "completion": " alpha answer"},
+        {"prompt": "beta prompt"},                                   # missing completion
+        {"prompt": "gamma prompt", "completion": " gamma answer"},
+        {"prompt": 7, "completion": " delta answer"},                # not a string
+        {"prompt": "epsilon prompt", "completion": " epsilon answer"},
+    ]
+    (src / "s.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    gpt2 = ROOT / "data" / "tokenizers" / "gpt2"
+    out = tmp_path / "out"
+    params = run_job(["Summarization", "--input_dir", str(src), "--output_dir", str(out),
+                      "--tokenizer_type", "GPT2Tokenizer", "--vocab_file", str(gpt2 / "vocab.bpe"),
+                      "--encoder_file", str(gpt2 / "encoder.json"), "--max_seq_length", "32",
+                      "--prompt_key", "prompt", "--completion_key", "completion", "--sep_token", "<|sep|>",
+                      "--min_sequence_len", "2"])
+    tok = build_tokenizer(read_tokenizer_files("GPT2Tokenizer", vocab_file=str(gpt2 / "vocab.bpe"),
+                                               encoder_file=str(gpt2 / "encoder.json"), sep_token="<|sep|>"))
+    assert tok.sep_id == 50257 == params["tokenizer"]["sep_id"] and params["post-process"]["vocab_size"] == 50258
+    rows = read_rows(out)
+    pairs = []
+    for r in rows:
+        sep_at = int(np.flatnonzero(r[0] == tok.sep_id)[0])
+        end = int(np.flatnonzero(r[1])[-1]) + 1
+        pairs.append((tok.decode(r[0, :sep_at].tolist()), tok.decode(r[0, sep_at + 1:end].tolist())))
+    assert sorted(pairs) == sorted([("alpha prompt", " alpha answer"), ("gamma prompt", " gamma answer"),
+                                    ("epsilon prompt", " epsilon answer")])
+    inp = params["input"]
+    assert inp["bad_by_reason"] == {"missing_key": 1, "not_a_string": 1} and inp["used"] == 3
+    dead = [json.loads(line) for line in (out / "dead_letter" / "bad_records.jsonl").read_text().splitlines()]
+    assert sorted((d["line"], d["reason"]) for d in dead) == [(2, "missing_key"), (4, "not_a_string")]
+    assert_stats_recount(out, params, tok)

@@ -403,3 +403,24 @@ def fim_row(
     padding with an all-zero mask.
     """
     return assemble(plan_row(tokens, cfg, encode, decode, draws), cfg)
+
+
+def fim_block(block, cfg: FimConfig, encode: Encode, decode: Decode, seed: int):
+    """RowBlock of packed LMData rows -> RowBlock of FIM rows.
+
+    Each row draws from a generator seeded by (seed, group identity, row
+    index), so a row's FIM form does not depend on where or when it was made.
+    A row with nothing left to train on (only EOS tokens) is dropped and counted.
+    """
+    from transforms.core.records import RowBlock
+
+    rows = []
+    for i, row in enumerate(block.rows):
+        out = fim_row(row_tokens(row), cfg, encode, decode, row_draws(seed, f"{block.group.name}/{i}"))
+        if out[1].any() if not cfg.inverted_mask else not out[1].all():
+            rows.append(out)
+    empty = len(block.rows) - len(rows)
+    block.stats.add("fim_rows_without_loss", empty, block.group.source)
+    block.stats.add("rows", -empty, block.group.source)
+    out = np.stack(rows) if rows else np.zeros((0, 3, cfg.max_seq_length), dtype=np.int32)
+    return RowBlock(block.group, out, block.stats)

@@ -26,8 +26,10 @@ def _batches(texts: list[str], limit: int):
 
 
 class _TokenizeFn(beam.DoFn):
-    def __init__(self, files: TokenizerFiles, split_len, remove_bos_in_chunks: bool, append_eos: bool):
+    def __init__(self, files: TokenizerFiles, split_len, remove_bos_in_chunks: bool, append_eos: bool,
+                 drop_bos: bool):
         self._files = files
+        self._drop_bos = drop_bos
         self._split_len = split_len
         self._remove_bos = remove_bos_in_chunks
         self._append_eos = append_eos
@@ -35,7 +37,8 @@ class _TokenizeFn(beam.DoFn):
         self._tokens = beam.metrics.Metrics.counter("tokenize", "tokens")
 
     def setup(self):
-        self._tokenizer = build_tokenizer(self._files)
+        tok = build_tokenizer(self._files)
+        self._tokenizer = tok.without_bos() if self._drop_bos and tok.adds_bos else tok
 
     def _encode(self, texts: list[str]) -> list:
         out = []
@@ -61,13 +64,14 @@ class TokenizeDocuments(beam.PTransform):
     """PCollection[DocBatch] -> PCollection[TokenBatch].
 
     With `append_eos` (LMData, FIM) every document's ids end in EOS; without it
-    (Summarization) each value is encoded as is.
+    (Summarization) each value is encoded as is. `drop_bos` (FIM) encodes
+    without the tokenizer's BOS, which FIM puts before every segment instead.
     """
 
     def __init__(self, files: TokenizerFiles, *, split_len=None, remove_bos_in_chunks: bool = False,
-                 append_eos: bool = True):
+                 append_eos: bool = True, drop_bos: bool = False):
         super().__init__()
-        self._fn = _TokenizeFn(files, split_len, remove_bos_in_chunks, append_eos)
+        self._fn = _TokenizeFn(files, split_len, remove_bos_in_chunks, append_eos, drop_bos)
 
     def expand(self, batches):
         return batches | "Tokenize" >> beam.ParDo(self._fn)

@@ -1,0 +1,39 @@
+"""ApplyFim: packed LMData rows -> fill-in-the-middle rows (PSM / SPM / AR per segment)."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+
+from transforms.core.fim import FimConfig, fim_block
+from transforms.core.tokenizer import TokenizerFiles, build_tokenizer
+
+__all__ = ["ApplyFim"]
+
+
+class _FimFn(beam.DoFn):
+    def __init__(self, config: FimConfig, tokenizer_files: TokenizerFiles, seed: int):
+        self._config = config
+        self._files = tokenizer_files
+        self._seed = seed
+        self._tokenizer = None
+
+    def setup(self):
+        tok = build_tokenizer(self._files)
+        # Segments are re-encoded without BOS: the config puts BOS before each segment itself.
+        self._tokenizer = tok.without_bos() if tok.adds_bos else tok
+
+    def process(self, block):
+        tok = self._tokenizer
+        yield fim_block(block, self._config, tok.encode,
+                        lambda ids: tok.decode(ids, skip_special_tokens=False), self._seed)
+
+
+class ApplyFim(beam.PTransform):
+    """PCollection[RowBlock] (packed, mask not inverted) -> PCollection[RowBlock] of FIM rows."""
+
+    def __init__(self, config: FimConfig, *, tokenizer_files: TokenizerFiles, seed: int):
+        super().__init__()
+        self._fn = _FimFn(config, tokenizer_files, seed)
+
+    def expand(self, blocks):
+        return blocks | "Fim" >> beam.ParDo(self._fn)
