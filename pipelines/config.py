@@ -87,6 +87,8 @@ SETTINGS: tuple[Setting, ...] = (
     _s("packing_group_mb", "processing", "int", 64,
        "a larger input file is packed in independent slices of this many MiB of text"),
     _s("overwrite_output", "processing", "bool", False, "allow a non-empty output_dir (its .h5 files are replaced)"),
+    _s("max_bad_record_fraction", "processing", "float", None,
+       "exit non-zero when bad records exceed this share of the records read (default: no limit)"),
     _s("fim_rate", "processing", "float", 0.9, "probability that a segment is FIM-transformed", modes=(FIM,)),
     _s("spm_rate", "processing", "float", 0.5, "probability that a FIM segment uses SPM", modes=(FIM,)),
     _s("fim_prefix_tok", "processing", "str", None, "FIM prefix sentinel token", modes=(FIM,)),
@@ -156,7 +158,7 @@ class Config:
         return out
 
     def fingerprint(self, exclude: tuple = ("resume_from_checkpoint", "display_pbar", "overwrite_output",
-                                            "processes", "output_dir")) -> str:
+                                            "processes", "output_dir", "max_bad_record_fraction")) -> str:
         """Hash of everything that determines the output bytes."""
         relevant = {k: v for k, v in self.values if k not in exclude}
         relevant["mode"] = self.mode
@@ -336,6 +338,8 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
     _require(v["short_seq_prob"] == 0.0 or msl >= 3,
              "short_seq_prob: cutting rows to a random length in [2, max_seq_length - 1] needs max_seq_length >= 3")
     _require(v["files_per_record"] >= 1, "files_per_record: must be >= 1")
+    _require(v["max_bad_record_fraction"] is None or 0.0 <= v["max_bad_record_fraction"] <= 1.0,
+             "max_bad_record_fraction: must be within [0, 1]")
     if v["num_output_files"] is not None:
         _require(v["num_output_files"] >= 1, "num_output_files: must be >= 1")
         _require(sources["files_per_record"] == "default",

@@ -264,15 +264,38 @@ def run(config: Config, beam_args: list[str]) -> dict:
     return result
 
 
+TOOLS = ("verify", "inspect", "report")
+
+
+def _bad_share_problem(params: dict, limit: Optional[float]) -> Optional[str]:
+    inp = params["input"]
+    if limit is None or not inp["documents_read"]:
+        return None
+    share = inp["bad"] / inp["documents_read"]
+    if share > limit:
+        return (f"{inp['bad']} of {inp['documents_read']} records were bad ({share:.2%}), more than "
+                f"max_bad_record_fraction {limit:.2%}; the dataset was written, see "
+                f"{fs.join(params['setup']['output_dir'], DEAD_LETTER_DIR)}")
+    return None
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in TOOLS:
+        from pipelines.tools import main as tools_main
+
+        return tools_main(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         config, beam_args = load_config(argv)
-        run(config, beam_args)
+        params = run(config, beam_args)
     except (ConfigError, UserError) as e:
         print(f"create_hdf5_dataset: error: {e}", file=sys.stderr)
         return 2
+    problem = _bad_share_problem(params, config.max_bad_record_fraction)
+    if problem:
+        print(f"create_hdf5_dataset: error: {problem}", file=sys.stderr)
+        return 3
     return 0
 
 
