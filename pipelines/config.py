@@ -78,6 +78,9 @@ SETTINGS: tuple[Setting, ...] = (
     _s("max_chunk_size", "processing", "int", 64, "KiB of text per tokenizer batch", cli=False),
     _s("shuffle", "processing", "bool", False, "globally shuffle the output sequences"),
     _s("shuffle_seed", "processing", "int", 0, "seed of the global shuffle"),
+    _s("shuffle_strategy", "processing", "str", "auto",
+       "how rows reach the writers: disk (local spill files, bounded memory, resumable), runner (the "
+       "runner's GroupByKey, for Dataflow), auto (disk on local runners, runner otherwise)"),
     _s("split_text_to_tokenize", "processing", "bool", False, "tokenize long texts in pieces", modes=_LM_FIM),
     _s("chunk_len_to_split", "processing", "int", 2000, "characters per piece", modes=_LM_FIM),
     _s("remove_bos_in_chunks", "processing", "bool", False, "drop the BOS of every piece but the first",
@@ -158,7 +161,8 @@ class Config:
         return out
 
     def fingerprint(self, exclude: tuple = ("resume_from_checkpoint", "display_pbar", "overwrite_output",
-                                            "processes", "output_dir", "max_bad_record_fraction")) -> str:
+                                            "processes", "output_dir", "max_bad_record_fraction",
+                                            "shuffle_strategy")) -> str:
         """Hash of everything that determines the output bytes."""
         relevant = {k: v for k, v in self.values if k not in exclude}
         relevant["mode"] = self.mode
@@ -347,6 +351,8 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
     _require(v.get("chunk_len_to_split") is None or v["chunk_len_to_split"] >= 1, "chunk_len_to_split: must be >= 1")
     _require(v["max_chunk_size"] >= 1, "max_chunk_size: must be >= 1 (KiB)")
     _require(v["packing_group_mb"] >= 1, "packing_group_mb: must be >= 1")
+    _require(v["shuffle_strategy"] in ("auto", "disk", "runner"),
+             f"shuffle_strategy: {v['shuffle_strategy']!r} is not one of auto, disk, runner")
     _require(v["processes"] is None or v["processes"] >= 0, "processes: must be >= 0")
     for name in ("eos_id", "pad_id"):
         _require(v[name] is None or v[name] >= 0, f"{name}: must be >= 0")

@@ -25,6 +25,7 @@ import fsspec
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.config import FIM, LMDATA, SUMMARIZATION, Config, ConfigError, load_config
+from transforms.core.compact import compact_block, token_dtype
 from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
@@ -33,7 +34,8 @@ from transforms.core.summarization import SummarizationConfig
 from transforms.core.tokenizer import TokenizerFiles, build_tokenizer
 from transforms.io import fs
 from transforms.io.discover import discover_input_files
-from transforms.io.hdf5_sink import WriteHdf5Shards
+from transforms.io.hdf5_sink import RowFormat, WriteHdf5Shards
+from transforms.io.intermediate import STORED, SkipStoredGroups, StoreGroups
 from transforms.io.manifest import DEAD_LETTER_DIR, PARAMS_FILE, MergeStats, WriteDatasetParams, WriteDeadLetters
 from transforms.io.read_corpus import DEAD_LETTERS, DOCS, ReadCorpus
 from transforms.io.tokenizer_files import read_tokenizer_files
@@ -78,6 +80,16 @@ class JobPlan:
     pad_id: int
     vocab_size: int
     extra: dict
+    shuffle_seed: Optional[int] = None  # None: output in input order
+    storage_dir: Optional[str] = None  # spill directory (disk strategy); None: the runner's GroupByKey
+    resume: bool = False
+
+
+    @property
+    def row_format(self) -> RowFormat:
+        return RowFormat(max_seq_length=self.pack.max_seq_length, pad_id=self.pad_id,
+                         inverted_mask=self.sections["dataset"]["inverted_mask"],
+                         trailing_eos_input=self.mode in (SUMMARIZATION, FIM))
 
 
 def _relpath(path: str, root: Optional[str]) -> str:
@@ -90,12 +102,16 @@ def _relpath(path: str, root: Optional[str]) -> str:
     return path
 
 
+JOB_FILE = "job.json"  # inside OUT/.tmp: the fingerprint of the configuration that owns the partial output
+
+
 def _check_output_dir(config: Config) -> None:
     out = config.output_dir
     names = fs.listdir_names(out)
     if not names:
         return
     if config.resume_from_checkpoint:
+        _check_resumable(config, names)
         return
     if config.overwrite_output:
         for name in names:
@@ -107,6 +123,52 @@ def _check_output_dir(config: Config) -> None:
     raise UserError(f"output_dir {out} is not empty ({len(names)} entries): pass --overwrite_output True "
                     "to replace the dataset in it, --resume_from_checkpoint True to finish an interrupted "
                     "run, or choose another directory")
+
+
+def _read_json(path: str) -> Optional[dict]:
+    try:
+        with fsspec.open(path, "r") as f:
+            return json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _check_resumable(config: Config, names: list[str]) -> None:
+    """Refuse to resume over the partial output of a different configuration."""
+    out, mine = config.output_dir, config.fingerprint()
+    owner = _read_json(fs.join(out, fs.TMP_DIR, JOB_FILE)) or _read_json(fs.join(out, PARAMS_FILE)) or {}
+    theirs = owner.get("config_fingerprint")
+    if theirs is None and any(n.endswith(".h5") for n in names):
+        raise UserError(f"output_dir {out} holds .h5 files of an unknown run: cannot resume over them")
+    if theirs is not None and theirs != mine:
+        raise UserError(f"output_dir {out} holds the partial output of a different configuration "
+                        f"(fingerprint {theirs}, this run {mine}): resume with the same settings, or use "
+                        "--overwrite_output True")
+
+
+def _claim_output_dir(config: Config) -> None:
+    """Record which configuration the (partial) output belongs to, before any shard exists."""
+    if fs.is_local(config.output_dir):
+        os.makedirs(fs.join(config.output_dir, fs.TMP_DIR), exist_ok=True)
+    fs.write_text_atomic(fs.join(config.output_dir, fs.TMP_DIR, JOB_FILE),
+                         json.dumps({"config_fingerprint": config.fingerprint()}))
+
+
+def _storage_dir(config: Config, beam_args: list[str]) -> Optional[str]:
+    strategy = config.shuffle_strategy
+    if strategy == "auto":
+        runner = PipelineOptions(beam_args).get_all_options().get("runner") or "DirectRunner"
+        strategy = "disk" if runner.split(".")[-1] in LOCAL_RUNNERS else "runner"
+    if strategy == "runner":
+        return None
+    if fs.is_local(config.output_dir):
+        return fs.join(config.output_dir, fs.TMP_DIR, "groups")
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="create_hdf5_dataset_groups_")
+
+
+LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner")
 
 
 def plan_job(config: Config) -> JobPlan:
@@ -173,6 +235,8 @@ def plan_job(config: Config) -> JobPlan:
         pad_id=tokenizer.pad_id,
         vocab_size=tokenizer.vocab_size,
         extra=extra,
+        shuffle_seed=config.shuffle_seed if config.shuffle else None,
+        resume=config.resume_from_checkpoint,
     )
 
 
@@ -194,25 +258,37 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         | "InputFiles" >> beam.Create(plan.files)
         | "ReadCorpus" >> ReadCorpus(keys=plan.keys, join_keys=plan.join_keys, group_bytes=plan.group_bytes)
     )
+    docs, stored = read[DOCS], None
+    if plan.storage_dir and plan.resume:
+        skipped = docs | "SkipStoredGroups" >> SkipStoredGroups(plan.storage_dir)
+        docs, stored = skipped.todo, skipped[STORED]
     tokens = (
-        read[DOCS]
+        docs
         | "NormalizeDocuments" >> NormalizeDocuments(plan.normalize)
         | "TokenizeDocuments" >> TokenizeDocuments(
             plan.tokenizer_files, split_len=plan.split_len, remove_bos_in_chunks=plan.remove_bos_in_chunks,
             append_eos=plan.mode != SUMMARIZATION, drop_bos=plan.mode == FIM)
     )
     if plan.mode == SUMMARIZATION:
-        blocks = tokens | "BuildSummarizationRows" >> BuildSummarizationRows(plan.summarization)
+        rows = tokens | "BuildSummarizationRows" >> BuildSummarizationRows(plan.summarization)
     else:
-        blocks = tokens | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
+        rows = tokens | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
     if plan.mode == FIM:
-        blocks = blocks | "ApplyFim" >> ApplyFim(plan.fim, tokenizer_files=plan.tokenizer_files, seed=plan.seed)
+        rows = rows | "ApplyFim" >> ApplyFim(plan.fim, tokenizer_files=plan.tokenizer_files, seed=plan.seed)
+    blocks = rows | "CompactRows" >> beam.Map(
+        compact_block, inverted_mask=plan.row_format.inverted_mask,
+        trailing_eos_input=plan.row_format.trailing_eos_input, pad_id=plan.pad_id,
+        dtype=token_dtype(plan.vocab_size))
+    if plan.storage_dir:
+        blocks = blocks | "StoreGroups" >> StoreGroups(plan.storage_dir)
+    if stored is not None:
+        blocks = (blocks, stored) | "WithStoredGroups" >> beam.Flatten()
     stats = blocks | "Stats" >> beam.Map(lambda b: b.stats) | "MergeStats" >> beam.CombineGlobally(MergeStats())
     dead_letters = read[DEAD_LETTERS] | "DeadLetters" >> WriteDeadLetters(plan.output_dir)
     shards = blocks | "WriteHdf5Shards" >> WriteHdf5Shards(
         output_dir=plan.output_dir, output_name=plan.output_name, files_per_record=plan.files_per_record,
-        num_output_files=plan.num_output_files, inverted_mask=plan.sections["dataset"]["inverted_mask"],
-        trailing_eos_input=plan.mode in (SUMMARIZATION, FIM), tokenizer_files=plan.tokenizer_files)
+        num_output_files=plan.num_output_files, shuffle_seed=plan.shuffle_seed, row_format=plan.row_format,
+        tokenizer_files=plan.tokenizer_files, keep_existing=plan.resume)
     return shards | "WriteDatasetParams" >> WriteDatasetParams(
         output_dir=plan.output_dir, sections=plan.sections, eos_id=plan.eos_id, pad_id=plan.pad_id,
         vocab_size=plan.vocab_size, stats=stats, dead_letters=dead_letters, extra=plan.extra)
@@ -253,13 +329,22 @@ def _summary(params: dict, output_dir: str, seconds: float) -> str:
 def run(config: Config, beam_args: list[str]) -> dict:
     plan = plan_job(config)
     _check_output_dir(config)
-    fs.makedirs(config.output_dir)
     options = _beam_options(beam_args)
+    fs.makedirs(config.output_dir)
+    _claim_output_dir(config)
+    storage = _storage_dir(config, beam_args)
+    plan = dataclasses.replace(plan, storage_dir=storage, extra={
+        **plan.extra, "run": {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                              "beam_version": beam.__version__, "beam_options": beam_args,
+                              "shuffle_strategy": "disk" if storage else "runner"}})
     start = time.time()
-    with beam.Pipeline(options=options) as p:
-        build(p, plan)
-    with fsspec.open(fs.join(config.output_dir, PARAMS_FILE), "r") as f:
-        result = json.load(f)
+    try:
+        with beam.Pipeline(options=options) as p:
+            build(p, plan)
+    finally:
+        if storage and not fs.is_local(config.output_dir):
+            fs.remove_tree(storage)
+    result = _read_json(fs.join(config.output_dir, PARAMS_FILE))
     print(_summary(result, config.output_dir, time.time() - start), file=sys.stderr)
     return result
 

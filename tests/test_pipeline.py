@@ -77,7 +77,8 @@ RUNNER_SETTINGS = {
 
 
 def _without_run_specific(params: dict) -> dict:
-    params = dict(params)
+    """Everything but the one key that holds run-specific facts, and the output path."""
+    params = {k: v for k, v in params.items() if k != "run"}
     params["setup"] = {k: v for k, v in params["setup"].items() if k != "output_dir"}
     return params
 

@@ -131,3 +131,14 @@ class RowBlock:
 
     def __len__(self) -> int:
         return int(self.rows.shape[0])
+
+
+@dataclasses.dataclass
+class CompactBlock:
+    """A packing group's rows on their way to the sink: inline compact rows, or a reference to stored ones."""
+
+    group: GroupId
+    n_rows: int
+    rows: Optional[object] = None  # transforms.core.compact.CompactRows, when inline
+    stored: Optional[object] = None  # a reference the sink can load rows from (see transforms.io.spill)
+    stats: Stats = dataclasses.field(default_factory=Stats)

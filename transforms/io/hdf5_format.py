@@ -12,31 +12,60 @@ from __future__ import annotations
 import h5py
 import numpy as np
 
-__all__ = ["write_shard", "read_shard", "DATASET", "GZIP_LEVEL"]
+__all__ = ["write_shard", "write_shard_batches", "read_shard", "iter_shard", "shard_n_examples", "DATASET", "GZIP_LEVEL"]
 
 DATASET = "data"
 GZIP_LEVEL = 4  # h5py's default, what the reference writes
 
 
+WRITE_BATCH_ROWS = 1024  # rows per HDF5 write call: bounds memory, and fixes the write pattern
+
+
 def write_shard(path: str, rows: np.ndarray) -> None:
-    """Write rows ([n, 3, msl], any integer dtype whose values fit int32) to a local path."""
-    rows = np.ascontiguousarray(rows, dtype=np.int32)
+    """Write rows ([n, 3, msl], values that fit int32) to a local path."""
+    rows = np.asarray(rows)
     if rows.ndim != 3 or rows.shape[1] != 3:
         raise ValueError(f"rows must be [n, 3, msl], got {rows.shape}")
     n, _, msl = rows.shape
-    # libver pins the object header format, so the bytes do not depend on
-    # the HDF5 library's default choice.
+    write_shard_batches(path, n, msl, (rows[i:i + WRITE_BATCH_ROWS] for i in range(0, n, WRITE_BATCH_ROWS)))
+
+
+def write_shard_batches(path: str, n: int, msl: int, batches) -> None:
+    """Write n rows arriving as consecutive [k, 3, msl] batches, so only one batch is in memory."""
     with h5py.File(path, "w", libver=("earliest", "v110"), track_order=False) as f:
-        f.create_dataset(
+        data = f.create_dataset(
             DATASET,
-            data=rows,
+            shape=(n, 3, msl),
             dtype="i4",
             chunks=(1, 3, msl) if n else None,
             compression="gzip" if n else None,
             compression_opts=GZIP_LEVEL if n else None,
             track_times=False,
         )
+        pos = 0
+        for batch in batches:
+            batch = np.asarray(batch)
+            if batch.size and (batch.min() < np.iinfo(np.int32).min or batch.max() > np.iinfo(np.int32).max):
+                raise ValueError(f"{path}: values do not fit int32")
+            data[pos:pos + len(batch)] = batch.astype(np.int32, copy=False)
+            pos += len(batch)
+        if pos != n:
+            raise ValueError(f"{path}: wrote {pos} rows, expected {n}")
         f.attrs["n_examples"] = np.int64(n)
+
+
+def iter_shard(path_or_file, batch_rows: int = 4096):
+    """Rows of a shard in consecutive batches; yields (n_examples attribute, batch) pairs."""
+    with h5py.File(path_or_file, "r") as f:
+        data = f[DATASET]
+        n_attr = int(f.attrs["n_examples"])
+        for start in range(0, data.shape[0], batch_rows):
+            yield n_attr, data[start:start + batch_rows]
+
+
+def shard_n_examples(path_or_file) -> int:
+    with h5py.File(path_or_file, "r") as f:
+        return int(f.attrs["n_examples"])
 
 
 def read_shard(path_or_file) -> np.ndarray:

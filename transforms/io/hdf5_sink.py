@@ -1,13 +1,15 @@
-"""WriteHdf5Shards: packed rows -> committed `.h5` shards of exact sizes.
+"""WriteHdf5Shards: packed groups -> committed `.h5` shards of exact sizes.
 
-    blocks ──(group, rows)──► layout (side input: first global position of every group)
+    blocks ──(group, rows, key-range histogram)──► Layout (side input)
        │
-       └─► (file index, (position in file, rows)) ─GroupByKey─► write temp ─► rename ─► ShardResult
+       └─► (file index, Piece) ─GroupByKey─► order by global position ─► write temp ─► rename ─► ShardResult
 
-One GroupByKey, keyed by output file: a file's rows meet on one worker, are
-put in position order and written once. A retried bundle writes the same
-rows to a fresh temporary name and renames it over the same final name, so
-the result is the same bytes, never a duplicate or a truncated file.
+One GroupByKey, keyed by output file (sharding.Layout explains how a row's
+file is known before any sorting). Only compact rows (real tokens + loss
+run), or references to rows stored on local disk, cross it; the writer
+rebuilds mask and labels. A retried bundle writes the same rows to a fresh
+temporary name and renames it over the same final name: same bytes, never a
+duplicate or a truncated file.
 """
 
 from __future__ import annotations
@@ -15,25 +17,31 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import Counter
+from typing import Optional
 
 import apache_beam as beam
-import h5py
 import numpy as np
 
-from transforms.core.records import RowBlock
-from transforms.core.sharding import FileLayout, group_offsets, shard_name
+from transforms.core.compact import CompactRows, concat_compact, expand_rows
+from transforms.core.records import CompactBlock
+from transforms.core.sharding import Layout, range_histogram, row_keys, shard_name
 from transforms.core.stats import real_lengths, row_stats
 from transforms.core.tokenizer import TokenizerFiles, build_tokenizer
 from transforms.io import fs
-from transforms.io.hdf5_format import write_shard
+from transforms.io.hdf5_format import WRITE_BATCH_ROWS, iter_shard, shard_n_examples, write_shard_batches
+from transforms.io.spill import load_spilled
 
-__all__ = ["WriteHdf5Shards", "ShardResult", "Layout"]
+__all__ = ["WriteHdf5Shards", "ShardResult", "RowFormat"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Layout:
-    offsets: dict  # group name -> first global position
-    files: FileLayout
+class RowFormat:
+    """What the writer needs to rebuild full rows from compact ones."""
+
+    max_seq_length: int
+    pad_id: int
+    inverted_mask: bool
+    trailing_eos_input: bool  # Summarization and FIM rows end their real input with an untrained EOS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,26 +51,65 @@ class ShardResult:
     counters: dict  # recounted from the committed file
 
 
-def _make_layout(counts: list, files_per_record: int, num_output_files) -> Layout:
-    offsets, total = group_offsets(counts)
-    return Layout(offsets, FileLayout.create(total, files_per_record=files_per_record,
-                                             num_output_files=num_output_files))
+@dataclasses.dataclass
+class _Piece:
+    group_name: str
+    group_sort_key: tuple
+    rows: np.ndarray  # indices within the group
+    inline: Optional[CompactRows]  # aligned with `rows`
+    stored: Optional[object]  # or a spill reference holding the whole group
 
 
-def _assign_to_files(block: RowBlock, layout: Layout):
-    start = layout.offsets[block.group.name]
-    for f, lo, hi in layout.files.split(start, len(block)):
-        yield f, (start + lo - layout.files.starts[f], block.rows[lo:hi])
+def _meta(block: CompactBlock, shuffle_seed: Optional[int]):
+    hist = None
+    if shuffle_seed is not None:
+        hist = range_histogram(row_keys(shuffle_seed, block.group.name, np.arange(block.n_rows)))
+    return block.group.sort_key, block.group.name, block.n_rows, hist
+
+
+def _make_layout(metas: list, shuffle_seed, files_per_record: int, num_output_files) -> Layout:
+    return Layout.create(metas, shuffle_seed=shuffle_seed, files_per_record=files_per_record,
+                         num_output_files=num_output_files)
+
+
+def _route(block: CompactBlock, layout: Layout):
+    for f, rows in layout.route(block.group.name, block.n_rows):
+        inline = block.rows.take(rows) if block.rows is not None else None
+        yield f, _Piece(block.group.name, block.group.sort_key, rows, inline, block.stored)
+
+
+def _gather(pieces: list, layout: Layout, index: int) -> CompactRows:
+    """The rows of file `index`, in global position order."""
+    names = [p.group_name for p in pieces for _ in range(len(p.rows))]
+    sort_keys = [p.group_sort_key for p in pieces for _ in range(len(p.rows))]
+    rows = np.concatenate([p.rows for p in pieces]) if pieces else np.zeros(0, np.int64)
+    positions = layout.positions(names, sort_keys, rows.tolist())
+    lo, hi = layout.files.starts[index], layout.files.starts[index + 1]
+    parts, part_positions, start = [], [], 0
+    for p in pieces:
+        pos = positions[start:start + len(p.rows)]
+        start += len(p.rows)
+        mine = np.flatnonzero((pos >= lo) & (pos < hi))
+        if not len(mine):
+            continue
+        source = p.inline if p.inline is not None else load_spilled(p.stored)
+        parts.append(source.take(mine if p.inline is not None else p.rows[mine]))
+        part_positions.append(pos[mine])
+    merged = concat_compact(parts)
+    order = np.argsort(np.concatenate(part_positions)) if part_positions else np.zeros(0, np.int64)
+    if len(order) != hi - lo:
+        raise RuntimeError(f"shard {index}: {len(order)} rows, expected {hi - lo}")
+    return merged.take(order)
 
 
 class _WriteShardFn(beam.DoFn):
-    def __init__(self, output_dir: str, output_name: str, inverted_mask: bool, trailing_eos_input: bool,
-                 tokenizer_files: TokenizerFiles):
+    def __init__(self, output_dir: str, output_name: str, row_format: RowFormat, tokenizer_files: TokenizerFiles,
+                 keep_existing: bool):
         self._output_dir = output_dir
         self._output_name = output_name
-        self._inverted_mask = inverted_mask
-        self._trailing_eos_input = trailing_eos_input
+        self._format = row_format
         self._tokenizer_files = tokenizer_files
+        self._keep_existing = keep_existing
         self._tokenizer = None
         self._written = beam.metrics.Metrics.counter("write", "sequences")
 
@@ -71,57 +118,66 @@ class _WriteShardFn(beam.DoFn):
 
     def process(self, element, layout: Layout):
         index, pieces = element
-        pieces = sorted(pieces, key=lambda p: p[0])
-        rows = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros((0, 3, 0), np.int32)
-        expected = layout.files.size(index)
-        positions = [p[0] for p in pieces]
-        if len(rows) != expected or positions[0] != 0:
-            raise RuntimeError(f"shard {index}: got {len(rows)} rows at {positions[:3]}..., expected {expected}")
         name = shard_name(self._output_name, index)
         final = fs.join(self._output_dir, name)
+        if self._keep_existing and fs.is_local(final) and os.path.exists(final):
+            # Committed by an earlier attempt of this same job (checked at start-up): keep it.
+            yield ShardResult(index, name, dict(self._recount(final)))
+            return
+        rows = _gather(list(pieces), layout, index)
+        fmt = self._format
         tmp = os.path.join(fs.local_scratch_dir(self._output_dir), fs.unique_temp_name(name))
-        write_shard(tmp, rows)
+        batches = (expand_rows(rows.take(np.arange(i, min(i + WRITE_BATCH_ROWS, len(rows)))),
+                               msl=fmt.max_seq_length, pad_id=fmt.pad_id, inverted_mask=fmt.inverted_mask)
+                   for i in range(0, len(rows), WRITE_BATCH_ROWS))
+        write_shard_batches(tmp, len(rows), fmt.max_seq_length, batches)
         counters = self._recount(tmp)
         fs.commit_local_file(tmp, final)
         self._written.inc(counters["num_sequences"])
         yield ShardResult(index, name, dict(counters))
 
     def _recount(self, path: str) -> Counter:
-        """Statistics of the file as written, read back from it."""
-        with h5py.File(path, "r") as f:
-            data = f["data"][()]
-            n_attr = int(f.attrs["n_examples"])
-        if n_attr != data.shape[0]:
-            raise RuntimeError(f"{path}: n_examples {n_attr} != rows {data.shape[0]}")
-        counters = row_stats(data, self._inverted_mask, self._trailing_eos_input)
-        lengths = real_lengths(data, self._inverted_mask, self._trailing_eos_input)
-        texts = self._tokenizer.decode_batch([data[i, 0, :n].tolist() for i, n in enumerate(lengths)])
-        counters["detokenized_chars"] = sum(len(t) for t in texts)
-        counters["detokenized_bytes"] = sum(len(t.encode("utf-8", errors="surrogatepass")) for t in texts)
+        """Statistics of the file as written, read back from it batch by batch."""
+        fmt = self._format
+        counters: Counter = Counter()
+        rows_seen = 0
+        for _, data in iter_shard(path, WRITE_BATCH_ROWS):
+            rows_seen += len(data)
+            counters.update(row_stats(data, fmt.inverted_mask, fmt.trailing_eos_input))
+            lengths = real_lengths(data, fmt.inverted_mask, fmt.trailing_eos_input)
+            texts = self._tokenizer.decode_batch([data[i, 0, :n].tolist() for i, n in enumerate(lengths)])
+            counters["detokenized_chars"] += sum(len(t) for t in texts)
+            counters["detokenized_bytes"] += sum(len(t.encode("utf-8", errors="surrogatepass")) for t in texts)
+        n_examples = shard_n_examples(path)
+        if n_examples != rows_seen:
+            raise RuntimeError(f"{path}: n_examples {n_examples} != rows {rows_seen}")
+        counters["num_sequences"] = rows_seen
         return counters
 
 
 class WriteHdf5Shards(beam.PTransform):
-    """PCollection[RowBlock] -> PCollection[ShardResult], one per committed file."""
+    """PCollection[CompactBlock] -> PCollection[ShardResult], one per committed file."""
 
     def __init__(self, *, output_dir: str, output_name: str, files_per_record: int, num_output_files=None,
-                 inverted_mask: bool, trailing_eos_input: bool = False, tokenizer_files: TokenizerFiles):
+                 shuffle_seed: Optional[int] = None, row_format: RowFormat, tokenizer_files: TokenizerFiles,
+                 keep_existing: bool = False):
         super().__init__()
         self._files_per_record = files_per_record
         self._num_output_files = num_output_files
-        self._fn = _WriteShardFn(output_dir, output_name, inverted_mask, trailing_eos_input, tokenizer_files)
+        self._shuffle_seed = shuffle_seed
+        self._fn = _WriteShardFn(output_dir, output_name, row_format, tokenizer_files, keep_existing)
 
     def expand(self, blocks):
         layout = (
             blocks
-            | "GroupSizes" >> beam.Map(lambda b: (b.group.sort_key, b.group.name, len(b)))
-            | "AllGroupSizes" >> beam.combiners.ToList()
-            | "Layout" >> beam.Map(_make_layout, self._files_per_record, self._num_output_files)
+            | "GroupMeta" >> beam.Map(_meta, self._shuffle_seed)
+            | "AllGroupMeta" >> beam.combiners.ToList()
+            | "Layout" >> beam.Map(_make_layout, self._shuffle_seed, self._files_per_record, self._num_output_files)
         )
         return (
             blocks
-            | "AssignToFiles" >> beam.FlatMap(_assign_to_files, beam.pvalue.AsSingleton(layout))
-            # (file index, (position in file, rows))
+            | "RouteToFiles" >> beam.FlatMap(_route, beam.pvalue.AsSingleton(layout))
+            # (file index, _Piece)
             | "GroupByFile" >> beam.GroupByKey()
             | "WriteShards" >> beam.ParDo(self._fn, beam.pvalue.AsSingleton(layout))
         )
