@@ -23,6 +23,7 @@ import apache_beam as beam
 import numpy as np
 
 from transforms.core.compact import CompactRows, concat_compact, expand_rows
+from transforms.core.detok import DetokCounter
 from transforms.core.records import CompactBlock
 from transforms.core.sharding import Layout, range_histogram, row_keys, shard_name
 from transforms.core.stats import real_lengths, row_stats
@@ -114,7 +115,7 @@ class _WriteShardFn(beam.DoFn):
         self._written = beam.metrics.Metrics.counter("write", "sequences")
 
     def setup(self):
-        self._tokenizer = build_tokenizer(self._tokenizer_files)
+        self._detok = DetokCounter(build_tokenizer(self._tokenizer_files))
 
     def process(self, element, layout: Layout):
         index, pieces = element
@@ -122,36 +123,38 @@ class _WriteShardFn(beam.DoFn):
         final = fs.join(self._output_dir, name)
         if self._keep_existing and fs.is_local(final) and os.path.exists(final):
             # Committed by an earlier attempt of this same job (checked at start-up): keep it.
-            yield ShardResult(index, name, dict(self._recount(final)))
+            counters = Counter()
+            for _, data in iter_shard(final, WRITE_BATCH_ROWS):
+                counters.update(self._count(data))
+            counters["num_sequences"] = shard_n_examples(final)
+            yield ShardResult(index, name, dict(counters))
             return
         rows = _gather(list(pieces), layout, index)
         fmt = self._format
+        counters: Counter = Counter()
+
+        def batches():
+            for i in range(0, len(rows), WRITE_BATCH_ROWS):
+                batch = expand_rows(rows.take(np.arange(i, min(i + WRITE_BATCH_ROWS, len(rows)))),
+                                    msl=fmt.max_seq_length, pad_id=fmt.pad_id, inverted_mask=fmt.inverted_mask)
+                counters.update(self._count(batch))  # counted on exactly the rows written
+                yield batch
+
         tmp = os.path.join(fs.local_scratch_dir(self._output_dir), fs.unique_temp_name(name))
-        batches = (expand_rows(rows.take(np.arange(i, min(i + WRITE_BATCH_ROWS, len(rows)))),
-                               msl=fmt.max_seq_length, pad_id=fmt.pad_id, inverted_mask=fmt.inverted_mask)
-                   for i in range(0, len(rows), WRITE_BATCH_ROWS))
-        write_shard_batches(tmp, len(rows), fmt.max_seq_length, batches)
-        counters = self._recount(tmp)
+        write_shard_batches(tmp, len(rows), fmt.max_seq_length, batches())
+        counters["num_sequences"] = shard_n_examples(tmp)  # n_examples as the file says it
         fs.commit_local_file(tmp, final)
         self._written.inc(counters["num_sequences"])
         yield ShardResult(index, name, dict(counters))
 
-    def _recount(self, path: str) -> Counter:
-        """Statistics of the file as written, read back from it batch by batch."""
+    def _count(self, data: np.ndarray) -> Counter:
         fmt = self._format
-        counters: Counter = Counter()
-        rows_seen = 0
-        for _, data in iter_shard(path, WRITE_BATCH_ROWS):
-            rows_seen += len(data)
-            counters.update(row_stats(data, fmt.inverted_mask, fmt.trailing_eos_input))
-            lengths = real_lengths(data, fmt.inverted_mask, fmt.trailing_eos_input)
-            texts = self._tokenizer.decode_batch([data[i, 0, :n].tolist() for i, n in enumerate(lengths)])
-            counters["detokenized_chars"] += sum(len(t) for t in texts)
-            counters["detokenized_bytes"] += sum(len(t.encode("utf-8", errors="surrogatepass")) for t in texts)
-        n_examples = shard_n_examples(path)
-        if n_examples != rows_seen:
-            raise RuntimeError(f"{path}: n_examples {n_examples} != rows {rows_seen}")
-        counters["num_sequences"] = rows_seen
+        counters = row_stats(data, fmt.inverted_mask, fmt.trailing_eos_input)
+        del counters["num_sequences"]
+        lengths = real_lengths(data, fmt.inverted_mask, fmt.trailing_eos_input)
+        chars, nbytes = self._detok.count([data[i, 0, :n] for i, n in enumerate(lengths)])
+        counters["detokenized_chars"] = chars
+        counters["detokenized_bytes"] = nbytes
         return counters
 
 
