@@ -45,6 +45,7 @@ class _SkipFn(beam.DoFn):
             return
         ref, n_rows, stats = found
         self._skipped.inc()
+        stats.totals["groups_resumed"] += 1
         # The stored statistics already include what reading this group counted.
         yield pvalue.TaggedOutput(STORED, CompactBlock(batch.group, n_rows, stored=ref, stats=stats))
 

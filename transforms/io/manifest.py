@@ -74,6 +74,8 @@ def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad
     params["input"] = input_section(stats)
     params["files"] = {s.name: s.counters["num_sequences"] for s in sorted(shards, key=lambda s: s.index)}
     params.update(extra)
+    if stats["groups_resumed"]:
+        params["run"] = {**params.get("run", {}), "groups_resumed": stats["groups_resumed"]}
     problems = check_accounting(params["input"])
     if problems:
         raise RuntimeError("document accounting does not add up: " + "; ".join(problems))
