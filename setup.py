@@ -28,6 +28,7 @@ setup(
     extras_require={
         "gcp": [f"apache-beam[gcp]=={BEAM_VERSION}", "gcsfs>=2023.6"],
         "test": ["pytest>=7", "hypothesis>=6"],
+        "report": ["matplotlib>=3.7"],
     },
     entry_points={"console_scripts": ["create_hdf5_dataset=pipelines.create_hdf5_dataset:main"]},
 )
