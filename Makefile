@@ -27,3 +27,6 @@ test: install
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT)
+
+bench: install
+	$(PY) benchmarks/bench.py $(BENCH_ARGS)

@@ -31,6 +31,7 @@ from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
 from transforms.core.records import InputFile
 from transforms.core.summarization import SummarizationConfig
+from transforms.core.timing import timed
 from transforms.core.tokenizer import TokenizerFiles, build_tokenizer
 from transforms.io import fs
 from transforms.io.discover import discover_input_files
@@ -276,7 +277,7 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
     if plan.mode == FIM:
         rows = rows | "ApplyFim" >> ApplyFim(plan.fim, tokenizer_files=plan.tokenizer_files, seed=plan.seed)
     blocks = rows | "CompactRows" >> beam.Map(
-        compact_block, inverted_mask=plan.row_format.inverted_mask,
+        timed("compact", compact_block), inverted_mask=plan.row_format.inverted_mask,
         trailing_eos_input=plan.row_format.trailing_eos_input, pad_id=plan.pad_id,
         dtype=token_dtype(plan.vocab_size))
     if plan.storage_dir:
@@ -319,8 +320,13 @@ def _beam_options(beam_args: list[str]) -> PipelineOptions:
 
 def _summary(params: dict, output_dir: str, seconds: float) -> str:
     post, inp = params["post-process"], params["input"]
-    dropped = f", {inp['dropped']} dropped" if inp["dropped"] else ""
-    bad = (f", {inp['bad']} bad records (see {fs.join(output_dir, DEAD_LETTER_DIR)})" if inp["bad"] else "")
+    def by_reason(counts: dict) -> str:
+        # Most frequent first, then by name: "json_decode 2, missing_key 1".
+        return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    dropped = f", {inp['dropped']} dropped ({by_reason(inp['dropped_by_reason'])})" if inp["dropped"] else ""
+    bad = (f", {inp['bad']} bad record{'s' if inp['bad'] != 1 else ''} ({by_reason(inp['bad_by_reason'])}; "
+           f"see {fs.join(output_dir, DEAD_LETTER_DIR)})" if inp["bad"] else "")
     return (f"Wrote {post['n_examples']} sequences ({post['num_tokens']} tokens, "
             f"{post['loss_valid_tokens']} loss-valid) in {len(params['files'])} files to {output_dir} "
             f"in {seconds:.1f}s: {inp['documents_read']} documents read, {inp['used']} used{dropped}{bad}.")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections import Counter
 from typing import Optional
 
@@ -31,6 +32,7 @@ from transforms.core.tokenizer import TokenizerFiles, build_tokenizer
 from transforms.io import fs
 from transforms.io.hdf5_format import WRITE_BATCH_ROWS, iter_shard, shard_n_examples, write_shard_batches
 from transforms.io.spill import load_spilled
+from transforms.core.timing import TIME_PREFIX
 
 __all__ = ["WriteHdf5Shards", "ShardResult", "RowFormat"]
 
@@ -129,9 +131,12 @@ class _WriteShardFn(beam.DoFn):
             counters["num_sequences"] = shard_n_examples(final)
             yield ShardResult(index, name, dict(counters))
             return
+        started = time.perf_counter()
         rows = _gather(list(pieces), layout, index)
         fmt = self._format
         counters: Counter = Counter()
+        counters[TIME_PREFIX + "shuffle"] = int((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
 
         def batches():
             for i in range(0, len(rows), WRITE_BATCH_ROWS):
@@ -144,6 +149,7 @@ class _WriteShardFn(beam.DoFn):
         write_shard_batches(tmp, len(rows), fmt.max_seq_length, batches())
         counters["num_sequences"] = shard_n_examples(tmp)  # n_examples as the file says it
         fs.commit_local_file(tmp, final)
+        counters[TIME_PREFIX + "write"] = int((time.perf_counter() - started) * 1000)
         self._written.inc(counters["num_sequences"])
         yield ShardResult(index, name, dict(counters))
 

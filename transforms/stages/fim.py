@@ -6,6 +6,7 @@ import apache_beam as beam
 
 from transforms.core.fim import FimConfig, fim_block
 from transforms.core.tokenizer import TokenizerFiles, build_tokenizer
+from transforms.core.timing import timed
 
 __all__ = ["ApplyFim"]
 
@@ -24,8 +25,8 @@ class _FimFn(beam.DoFn):
 
     def process(self, block):
         tok = self._tokenizer
-        yield fim_block(block, self._config, tok.encode,
-                        lambda ids: tok.decode(ids, skip_special_tokens=False), self._seed)
+        yield timed("fim", fim_block)(block, self._config, tok.encode,
+                                      lambda ids: tok.decode(ids, skip_special_tokens=False), self._seed)
 
 
 class ApplyFim(beam.PTransform):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from transforms.core.normalize import NormalizeConfig, normalize_batch
+from transforms.core.timing import timed
 
 __all__ = ["NormalizeDocuments"]
 
@@ -17,4 +18,4 @@ class NormalizeDocuments(beam.PTransform):
         self._config = config
 
     def expand(self, batches):
-        return batches | "Normalize" >> beam.Map(normalize_batch, self._config)
+        return batches | "Normalize" >> beam.Map(timed("normalize", normalize_batch), self._config)

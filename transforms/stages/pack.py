@@ -5,6 +5,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from transforms.core.pack import PackConfig, pack_batch
+from transforms.core.timing import timed
 
 __all__ = ["PackSequences"]
 
@@ -18,4 +19,4 @@ class PackSequences(beam.PTransform):
         self._seed = seed
 
     def expand(self, batches):
-        return batches | "Pack" >> beam.Map(pack_batch, self._config, self._seed)
+        return batches | "Pack" >> beam.Map(timed("pack", pack_batch), self._config, self._seed)

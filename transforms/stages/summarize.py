@@ -5,6 +5,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from transforms.core.summarization import SummarizationConfig, summarization_batch
+from transforms.core.timing import timed
 
 __all__ = ["BuildSummarizationRows"]
 
@@ -17,4 +18,4 @@ class BuildSummarizationRows(beam.PTransform):
         self._config = config
 
     def expand(self, batches):
-        return batches | "SummarizationRows" >> beam.Map(summarization_batch, self._config)
+        return batches | "SummarizationRows" >> beam.Map(timed("pack", summarization_batch), self._config)

@@ -6,6 +6,7 @@ import apache_beam as beam
 
 from transforms.core.records import DocBatch, TokenBatch
 from transforms.core.tokenizer import TokenizerFiles, build_tokenizer, tokenize_documents
+from transforms.core.timing import timed
 
 __all__ = ["TokenizeDocuments", "TOKENIZE_BATCH_CHARS"]
 
@@ -51,13 +52,16 @@ class _TokenizeFn(beam.DoFn):
         return out
 
     def process(self, batch: DocBatch):
+        yield timed("tokenize", self._tokenize)(batch)
+
+    def _tokenize(self, batch: DocBatch) -> TokenBatch:
         n_keys = len(batch.docs[0].values) if batch.docs else 0
         per_key = [self._encode([d.values[k] for d in batch.docs]) for k in range(n_keys)]
         tokens = list(zip(*per_key)) if per_key else []
         n_tokens = sum(len(a) for key in per_key for a in key)
         batch.stats.add("tokens", n_tokens, batch.group.source)
         self._tokens.inc(n_tokens)
-        yield TokenBatch(batch.group, tokens, batch.stats)
+        return TokenBatch(batch.group, tokens, batch.stats)
 
 
 class TokenizeDocuments(beam.PTransform):

@@ -1,0 +1,136 @@
+"""End-to-end benchmark against the physical limit: `make bench`.
+
+The limit is the raw `tokenizers` encode_batch throughput on the same texts,
+in this process, on all cores. Each configuration then runs the real command
+in a child process with the command's default runner options, timed from
+start to data_params.json, with the peak RSS of its whole process tree.
+
+    python benchmarks/bench.py [--corpus PATH.jsonl.zst|.jsonl] [--limit-bytes N] [--msl 2048]
+                               [--configs ftfy_off,ftfy_on,shuffle] [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CORPUS = ROOT.parent / "shared" / "corpora" / "bench" / "en_natural.jsonl.zst"
+GPT2 = ROOT / "data" / "tokenizers" / "gpt2"
+CONFIGS = {
+    "ftfy_off": [],
+    "ftfy_on": ["--use_ftfy", "True"],
+    "shuffle": ["--shuffle", "True"],
+}
+
+
+def prepare(corpus: Path, limit_bytes: int, work: Path) -> Path:
+    """The corpus as plain .jsonl (decompressed), cut after `limit_bytes` of lines."""
+    import zstandard
+
+    out_dir = work / "input"
+    out_dir.mkdir(parents=True)
+    out = out_dir / "corpus.jsonl"
+    opener = (lambda p: zstandard.ZstdDecompressor().stream_reader(open(p, "rb"))) \
+        if corpus.suffix == ".zst" else (lambda p: open(p, "rb"))
+    import io
+
+    written = 0
+    with opener(corpus) as raw, open(out, "wb") as dst:
+        for line in io.BufferedReader(raw, 1 << 20):
+            if limit_bytes and written + len(line) > limit_bytes:
+                break
+            dst.write(line)
+            written += len(line)
+    return out_dir
+
+
+def measure_limit(input_dir: Path) -> dict:
+    from transforms.core.tokenizer import build_tokenizer
+    from transforms.io.tokenizer_files import read_tokenizer_files
+
+    texts = [json.loads(line)["text"] for p in sorted(input_dir.glob("*.jsonl")) for line in open(p)]
+    tok = build_tokenizer(read_tokenizer_files("GPT2Tokenizer", vocab_file=str(GPT2 / "vocab.bpe"),
+                                               encoder_file=str(GPT2 / "encoder.json")))
+    nbytes = sum(len(t.encode("utf-8")) for t in texts)
+    start = time.perf_counter()
+    tokens = 0
+    for i in range(0, len(texts), 1024):  # batches, as any real user of encode_batch would
+        tokens += sum(len(e.ids) for e in tok.backend.encode_batch_fast(texts[i:i + 1024]))
+    seconds = time.perf_counter() - start
+    return {"bytes": nbytes, "tokens": tokens, "seconds": seconds}
+
+
+MEASURE = r"""
+import resource, sys, time
+from pipelines.create_hdf5_dataset import main
+start = time.perf_counter()
+code = main(sys.argv[1:])
+seconds = time.perf_counter() - start
+peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+print(f"BENCH {code} {seconds:.3f} {peak}", file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def run_config(name: str, input_dir: Path, work: Path, msl: int) -> dict:
+    out = work / f"out_{name}"
+    args = ["LMData", "--input_dir", str(input_dir), "--output_dir", str(out), "--tokenizer_type", "GPT2Tokenizer",
+            "--vocab_file", str(GPT2 / "vocab.bpe"), "--encoder_file", str(GPT2 / "encoder.json"),
+            "--max_seq_length", str(msl), "--display_pbar", "False", *CONFIGS[name]]
+    proc = subprocess.run([sys.executable, "-c", MEASURE, *args], cwd=ROOT, capture_output=True, text=True)
+    line = [x for x in proc.stderr.splitlines() if x.startswith("BENCH ")]
+    if proc.returncode != 0 or not line:
+        raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
+    _, code, seconds, peak_kb = line[-1].split()
+    params = json.loads((out / "data_params.json").read_text())
+    shutil.rmtree(out)
+    return {"seconds": float(seconds), "peak_rss_mb": int(peak_kb) / 1024, "params": params}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--limit-bytes", type=int, default=0, help="use only the first N bytes of lines (0: all)")
+    parser.add_argument("--msl", type=int, default=2048)
+    parser.add_argument("--configs", default="ftfy_off,ftfy_on,shuffle")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+    if not args.corpus.exists():
+        print(f"corpus {args.corpus} not found (it lives in ../shared/corpora/bench)", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="bench_"))
+    try:
+        input_dir = prepare(args.corpus, args.limit_bytes, work)
+        limit = measure_limit(input_dir)
+        mb = limit["bytes"] / 1e6
+        rows = [("limit: encode_batch", limit["seconds"], limit["tokens"], None, {})]
+        for name in args.configs.split(","):
+            r = run_config(name, input_dir, work, args.msl)
+            stages = r["params"].get("run", {}).get("stage_seconds", {})
+            rows.append((name, r["seconds"], r["params"]["post-process"]["loss_valid_tokens"], r["peak_rss_mb"],
+                         stages))
+        print(f"\ncorpus {args.corpus.name}: {mb:.1f} MB of text, msl {args.msl}, {os.cpu_count()} cores\n")
+        print(f"{'run':<22}{'seconds':>9}{'MB/s':>8}{'Mtok/s':>8}{'of limit':>10}{'peak RSS MB':>13}  stages (s)")
+        for name, seconds, tokens, rss, stages in rows:
+            ratio = limit["seconds"] / seconds
+            stage_text = " ".join(f"{k} {v:.1f}" for k, v in stages.items())
+            rss_text = f"{rss:.0f}" if rss is not None else "-"
+            print(f"{name:<22}{seconds:>9.1f}{mb / seconds:>8.2f}{tokens / seconds / 1e6:>8.2f}{ratio:>10.0%}"
+                  f"{rss_text:>13}  {stage_text}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
