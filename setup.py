@@ -21,13 +21,14 @@ setup(
         "pyarrow>=12",
         "zstandard>=0.21",
         "fsspec>=2023.6",
+        "gcsfs>=2023.6",  # gs:// on workers too: the stock Beam worker image lacks it
         "huggingface_hub>=0.20",
         "pyyaml>=6",
         "tqdm>=4.60",
     ],
     extras_require={
         "gcp": [f"apache-beam[gcp]=={BEAM_VERSION}", "gcsfs>=2023.6"],
-        "test": ["pytest>=7", "hypothesis>=6"],
+        "test": ["pytest>=7", "hypothesis>=6", "gcp-storage-emulator>=2024.8"],
         "report": ["matplotlib>=3.7"],
     },
     entry_points={"console_scripts": ["create_hdf5_dataset=pipelines.create_hdf5_dataset:main"]},

@@ -94,6 +94,11 @@ class JobPlan:
 
 
 def _relpath(path: str, root: Optional[str]) -> str:
+    """The path relative to the input root: the identity that seeds derive from."""
+    if root and "://" in root and "://" in path:
+        # Listings may spell a URL differently from the user (memory://x vs memory:///x).
+        root = root.split("://", 1)[1].lstrip("/")
+        path = path.split("://", 1)[1].lstrip("/")
     if root and fs.is_local(path) and fs.is_local(root):
         rel = os.path.relpath(path, root)
         if not rel.startswith(".."):
@@ -155,18 +160,26 @@ def _claim_output_dir(config: Config) -> None:
                          json.dumps({"config_fingerprint": config.fingerprint()}))
 
 
-def _storage_dir(config: Config, beam_args: list[str]) -> Optional[str]:
+def _storage_dir(config: Config, local_runner: bool) -> Optional[str]:
     strategy = config.shuffle_strategy
     if strategy == "auto":
-        runner = PipelineOptions(beam_args).get_all_options().get("runner") or "DirectRunner"
-        strategy = "disk" if runner.split(".")[-1] in LOCAL_RUNNERS else "runner"
+        strategy = "disk" if local_runner else "runner"
     if strategy == "runner":
         return None
+    if not local_runner:
+        raise UserError("shuffle_strategy disk keeps rows on this machine's disk, which remote workers cannot "
+                        "see: use auto or runner with this runner")
     if fs.is_local(config.output_dir):
         return fs.join(config.output_dir, fs.TMP_DIR, "groups")
     import tempfile
 
     return tempfile.mkdtemp(prefix="create_hdf5_dataset_groups_")
+
+
+def _is_local_runner(options: PipelineOptions) -> bool:
+    runner = options.get_all_options().get("runner") or "DirectRunner"
+    runner = runner if isinstance(runner, str) else type(runner).__name__
+    return runner.split(".")[-1] in LOCAL_RUNNERS
 
 
 LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner")
@@ -320,6 +333,7 @@ def _beam_options(beam_args: list[str]) -> PipelineOptions:
 
 def _summary(params: dict, output_dir: str, seconds: float) -> str:
     post, inp = params["post-process"], params["input"]
+
     def by_reason(counts: dict) -> str:
         # Most frequent first, then by name: "json_decode 2, missing_key 1".
         return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -332,27 +346,63 @@ def _summary(params: dict, output_dir: str, seconds: float) -> str:
             f"in {seconds:.1f}s: {inp['documents_read']} documents read, {inp['used']} used{dropped}{bad}.")
 
 
-def run(config: Config, beam_args: list[str]) -> dict:
+@dataclasses.dataclass
+class Launched:
+    result: object  # the runner's PipelineResult
+    dry_run: bool
+    local: bool
+    storage_dir: Optional[str]
+    started: float
+
+
+def launch(config: Config, beam_args: list[str]) -> Launched:
+    """Check everything, claim the output directory, build the job and submit it (without waiting).
+
+    With Beam's --dry_run True the job graph is built and validated, and nothing is written or submitted.
+    """
+    from apache_beam.options.pipeline_options import TestOptions
+
     plan = plan_job(config)
-    _check_output_dir(config)
     options = _beam_options(beam_args)
-    fs.makedirs(config.output_dir)
-    _claim_output_dir(config)
-    storage = _storage_dir(config, beam_args)
+    dry_run = bool(options.view_as(TestOptions).dry_run)
+    local = _is_local_runner(options)
+    storage = _storage_dir(config, local)
+    if not dry_run:
+        _check_output_dir(config)
+        fs.makedirs(config.output_dir)
+        _claim_output_dir(config)
     plan = dataclasses.replace(plan, storage_dir=storage, extra={
         **plan.extra, "run": {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                               "beam_version": beam.__version__, "beam_options": beam_args,
                               "shuffle_strategy": "disk" if storage else "runner"}})
-    start = time.time()
+    started = time.time()
+    pipeline = beam.Pipeline(options=options)
+    build(pipeline, plan)
+    result = pipeline.run()
+    job_id = getattr(result, "job_id", lambda: None)()
+    if dry_run:
+        print("create_hdf5_dataset: dry run: the job graph is valid; nothing was written or submitted",
+              file=sys.stderr)
+    elif job_id and not local:
+        print(f"create_hdf5_dataset: submitted job {job_id}", file=sys.stderr)
+    return Launched(result, dry_run, local, storage, started)
+
+
+def run(config: Config, beam_args: list[str]) -> Optional[dict]:
+    """Launch the job and wait for it; returns data_params.json (None for a dry run)."""
+    launched = launch(config, beam_args)
+    if launched.dry_run:
+        return None
     try:
-        with beam.Pipeline(options=options) as p:
-            build(p, plan)
+        launched.result.wait_until_finish()
     finally:
-        if storage and not fs.is_local(config.output_dir):
-            fs.remove_tree(storage)
-    result = _read_json(fs.join(config.output_dir, PARAMS_FILE))
-    print(_summary(result, config.output_dir, time.time() - start), file=sys.stderr)
-    return result
+        if launched.storage_dir and not fs.is_local(config.output_dir):
+            fs.remove_tree(launched.storage_dir)
+    params = _read_json(fs.join(config.output_dir, PARAMS_FILE))
+    if params is None:
+        raise RuntimeError(f"the job finished without writing {fs.join(config.output_dir, PARAMS_FILE)}")
+    print(_summary(params, config.output_dir, time.time() - launched.started), file=sys.stderr)
+    return params
 
 
 TOOLS = ("verify", "inspect", "report")
@@ -383,7 +433,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (ConfigError, UserError) as e:
         print(f"create_hdf5_dataset: error: {e}", file=sys.stderr)
         return 2
-    problem = _bad_share_problem(params, config.max_bad_record_fraction)
+    problem = params and _bad_share_problem(params, config.max_bad_record_fraction)
     if problem:
         print(f"create_hdf5_dataset: error: {problem}", file=sys.stderr)
         return 3

@@ -123,7 +123,7 @@ class _WriteShardFn(beam.DoFn):
         index, pieces = element
         name = shard_name(self._output_name, index)
         final = fs.join(self._output_dir, name)
-        if self._keep_existing and fs.is_local(final) and os.path.exists(final):
+        if self._keep_existing and fs.exists(final):
             # Committed by an earlier attempt of this same job (checked at start-up): keep it.
             counters = Counter()
             for _, data in iter_shard(final, WRITE_BATCH_ROWS):
