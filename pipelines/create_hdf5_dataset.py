@@ -64,6 +64,7 @@ class JobPlan:
     keys: tuple
     join_keys: bool
     group_bytes: int
+    max_record_bytes: int
     normalize: NormalizeConfig
     tokenizer_files: TokenizerFiles
     split_len: Optional[int]
@@ -81,6 +82,7 @@ class JobPlan:
     pad_id: int
     vocab_size: int
     extra: dict
+    progress_total: Optional[int] = None  # input bytes, when a progress bar is drawn in this process
     shuffle_seed: Optional[int] = None  # None: output in input order
     storage_dir: Optional[str] = None  # spill directory (disk strategy); None: the runner's GroupByKey
     resume: bool = False
@@ -192,7 +194,8 @@ def plan_job(config: Config) -> JobPlan:
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
     root = None if config.metadata_files else config.input_dir
-    files = tuple(InputFile(i, p, _relpath(p, root)) for i, p in enumerate(paths))
+    files = tuple(InputFile(i, p, _relpath(p, root), os.path.getsize(p) if fs.is_local(p) else 0)
+                  for i, p in enumerate(paths))
     try:
         tok_files = read_tokenizer_files(
             config.tokenizer_type, vocab_file=config.vocab_file, encoder_file=config.encoder_file,
@@ -225,6 +228,7 @@ def plan_job(config: Config) -> JobPlan:
         keys=config.keys_tuple,
         join_keys=config.mode != SUMMARIZATION,
         group_bytes=config.packing_group_mb << 20,
+        max_record_bytes=config.max_record_mb << 20,
         normalize=NormalizeConfig(config.use_ftfy, config.ftfy_normalizer, config.wikitext_detokenize),
         tokenizer_files=tok_files,
         split_len=config.chunk_len_to_split if getattr(config, "split_text_to_tokenize", False) else None,
@@ -270,7 +274,8 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
     read = (
         pipeline
         | "InputFiles" >> beam.Create(plan.files)
-        | "ReadCorpus" >> ReadCorpus(keys=plan.keys, join_keys=plan.join_keys, group_bytes=plan.group_bytes)
+        | "ReadCorpus" >> ReadCorpus(keys=plan.keys, join_keys=plan.join_keys, group_bytes=plan.group_bytes,
+                                     max_record_bytes=plan.max_record_bytes, progress_total=plan.progress_total)
     )
     docs, stored = read[DOCS], None
     if plan.storage_dir and plan.resume:
@@ -360,7 +365,7 @@ def launch(config: Config, beam_args: list[str]) -> Launched:
 
     With Beam's --dry_run True the job graph is built and validated, and nothing is written or submitted.
     """
-    from apache_beam.options.pipeline_options import TestOptions
+    from apache_beam.options.pipeline_options import DirectOptions, TestOptions
 
     plan = plan_job(config)
     options = _beam_options(beam_args)
@@ -371,7 +376,11 @@ def launch(config: Config, beam_args: list[str]) -> Launched:
         _check_output_dir(config)
         fs.makedirs(config.output_dir)
         _claim_output_dir(config)
-    plan = dataclasses.replace(plan, storage_dir=storage, extra={
+    show_progress = (config.display_pbar and sys.stderr.isatty() and local and not dry_run
+                     and options.view_as(DirectOptions).direct_running_mode != "multi_processing")
+    total = sum(f.size for f in plan.files)
+    plan = dataclasses.replace(plan, storage_dir=storage, progress_total=total if show_progress and total else None,
+                               extra={
         **plan.extra, "run": {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                               "beam_version": beam.__version__, "beam_options": beam_args,
                               "shuffle_strategy": "disk" if storage else "runner"}})

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections import Counter
 from typing import Optional
+
+from transforms.core import fast_ftfy
 
 __all__ = ["NormalizeConfig", "normalize_batch", "normalize_text", "wikitext_detokenize"]
 
@@ -86,9 +89,8 @@ def wikitext_detokenize(text: str) -> str:
 
 def normalize_text(text: str, config: NormalizeConfig) -> str:
     if config.use_ftfy:
-        import ftfy  # imported lazily: it is slow to import and often unused
-
-        text = ftfy.fix_text(text, normalization=config.ftfy_normalizer)
+        # Equal to ftfy.fix_text, but ftfy only runs on the segments it could change.
+        text = fast_ftfy.fix_text(text, config.ftfy_normalizer)
     if config.wikitext_detokenize:
         text = wikitext_detokenize(text)
     return text
@@ -100,21 +102,28 @@ def _utf8_len(text: str) -> int:
 
 
 def normalize_batch(batch, config: NormalizeConfig):
-    """DocBatch -> DocBatch with normalized values; counts chars/bytes before and after."""
+    """DocBatch -> DocBatch with normalized values; counts chars/bytes before and after,
+    and the documents whose every value is empty after normalization (`docs_empty`)."""
     from transforms.core.records import DocBatch, Document
 
     source = batch.group.source
-    raw_chars = raw_bytes = norm_chars = norm_bytes = 0
+    raw_chars = raw_bytes = norm_chars = norm_bytes = empty = 0
     docs = []
     for doc in batch.docs:
         raw_chars += sum(len(v) for v in doc.values)
         raw_bytes += sum(_utf8_len(v) for v in doc.values)
         if not config.is_identity:
             doc = Document(doc.index, tuple(normalize_text(v, config) for v in doc.values), doc.member)
-        norm_chars += sum(len(v) for v in doc.values)
+        chars = sum(len(v) for v in doc.values)
+        norm_chars += chars
         norm_bytes += sum(_utf8_len(v) for v in doc.values)
+        # Empty documents are kept (LMData: a bare EOS, as in the reference), but counted.
+        empty += chars == 0
         docs.append(doc)
     stats = batch.stats
+    # Every input file gets a per-source entry, even one without any record.
+    stats.sources.setdefault(source, Counter())
+    stats.add("docs_empty", empty, source)
     stats.add("raw_chars", raw_chars, source)
     stats.add("raw_bytes", raw_bytes, source)
     stats.add("normalized_chars", norm_chars, source)

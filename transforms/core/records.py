@@ -34,6 +34,7 @@ class InputFile:
     index: int  # position in the sorted input list
     path: str
     relpath: str
+    size: int = 0  # bytes on storage, for progress
 
 
 @dataclasses.dataclass(frozen=True)

@@ -121,12 +121,18 @@ def h5_stats_section(written: Mapping[str, int]) -> dict:
 
 
 def input_section(stats: Stats) -> dict:
-    """Where every input document went: read = good + bad, good = used + dropped."""
+    """Where every input document went: read = good + bad, good = used + dropped.
+
+    `empty_documents` counts the good documents whose text was empty after
+    normalization (LMData keeps them, as the reference does, as a bare EOS; they
+    are among `used` or `dropped` like any other document).
+    """
 
     def block(c: Mapping[str, int]) -> dict:
         return {
             "documents_read": int(c.get("docs_read", 0)),
             "good": int(c.get("docs_good", 0)),
+            "empty_documents": int(c.get("docs_empty", 0)),
             "bad": int(sum(v for k, v in c.items() if k.startswith("bad."))),
             "bad_by_reason": {k[4:]: int(v) for k, v in sorted(c.items()) if k.startswith("bad.")},
             "used": int(c.get("docs_used", 0)),

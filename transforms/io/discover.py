@@ -47,26 +47,33 @@ def discover_input_files(
     """
     if isinstance(metadata_files, str):
         metadata_files = [m for m in metadata_files.split(",") if m.strip()]
+    skipped: list[tuple[str, list[str]]] = []  # (where, names without a valid extension)
     if metadata_files:
         if input_dir:
             logger.warning(
                 "both input_dir (%s) and metadata_files given; using metadata_files", input_dir
             )
-        files = _from_metadata(metadata_files)
+        files = _from_metadata(metadata_files, skipped)
         where = "listed in " + ", ".join(metadata_files)
     elif input_dir:
-        files = _from_directory(input_dir)
+        files = _from_directory(input_dir, skipped)
         where = "under " + input_dir
     else:
         raise ValueError("either input_dir or metadata_files must be given")
     if not files:
+        # One line for the user: the skipped names are the likely explanation.
+        hint = "; ".join(_describe_skipped(names, w) for w, names in skipped if names)
         raise ValueError(
             f"no input files with extensions {', '.join(VALID_EXTENSIONS)} found {where}"
+            + (f" ({hint})" if hint else "")
         )
+    for w, names in skipped:
+        if names:
+            logger.warning(_describe_skipped(names, w))
     return files
 
 
-def _from_directory(input_dir: str) -> list[str]:
+def _from_directory(input_dir: str, skipped: list) -> list[str]:
     fs, root = fsspec.core.url_to_fs(input_dir)
     if not fs.exists(root):
         raise FileNotFoundError(f"input_dir does not exist: {input_dir}")
@@ -74,7 +81,7 @@ def _from_directory(input_dir: str) -> list[str]:
         raise NotADirectoryError(f"input_dir is not a directory: {input_dir}")
     found = fs.find(root)
     keep = [p for p in found if extension_of(p) is not None]
-    _warn_skipped([p for p in found if extension_of(p) is None], input_dir)
+    skipped.append((input_dir, [p for p in found if extension_of(p) is None]))
     if _is_url(input_dir):
         return sorted({fs.unstrip_protocol(p) for p in keep})
     # Local paths come back spelled the way the reference's Path(input_dir).rglob
@@ -84,10 +91,10 @@ def _from_directory(input_dir: str) -> list[str]:
     return sorted({str(base / os.path.relpath(os.path.normpath(p), root_norm)) for p in keep})
 
 
-def _from_metadata(metadata_files: list[str]) -> list[str]:
+def _from_metadata(metadata_files: list[str], skipped: list) -> list[str]:
     listed: list[str] = []
     for meta in metadata_files:
-        listed.extend(_read_metadata_file(meta))
+        listed.extend(_read_metadata_file(meta, skipped))
     # A metadata file is a ".txt", so listing it (or a sibling metadata file)
     # would otherwise read it as a document.
     own = {_normalize(m) for m in metadata_files}
@@ -97,7 +104,7 @@ def _from_metadata(metadata_files: list[str]) -> list[str]:
     return sorted({p for p in listed if _normalize(p) not in own})
 
 
-def _read_metadata_file(meta: str) -> list[str]:
+def _read_metadata_file(meta: str, skipped: list) -> list[str]:
     try:
         with fsspec.open(meta, "rt", encoding="utf-8") as fh:
             names = [line.strip() for line in fh]
@@ -105,21 +112,13 @@ def _read_metadata_file(meta: str) -> list[str]:
         raise FileNotFoundError(f"metadata file does not exist: {meta}") from None
     names = [n for n in names if n]
     keep = [n for n in names if extension_of(n) is not None]
-    _warn_skipped([n for n in names if extension_of(n) is None], meta)
+    skipped.append((meta, [n for n in names if extension_of(n) is None]))
     return keep
 
 
-def _warn_skipped(skipped: list[str], where: str) -> None:
-    if not skipped:
-        return
+def _describe_skipped(skipped: list[str], where: str) -> str:
     examples = ", ".join(skipped[:_EXAMPLES_IN_WARNING])
-    logger.warning(
-        "skipped %d file(s) without a valid extension %s in %s (e.g. %s)",
-        len(skipped),
-        VALID_EXTENSIONS,
-        where,
-        examples,
-    )
+    return f"skipped {len(skipped)} file(s) without a valid extension in {where}, e.g. {examples}"
 
 
 def _is_url(path: str) -> bool:

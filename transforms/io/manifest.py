@@ -6,7 +6,9 @@ shard is committed, so its presence means the dataset is complete.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections import Counter
 
 import apache_beam as beam
@@ -14,13 +16,18 @@ import apache_beam as beam
 from transforms.core.records import BadRecord
 from transforms.core.stats import (Stats, check_accounting, h5_stats_section, input_section, merge,
                                    post_process_section)
+from transforms.core.timing import TIME_PREFIX
 from transforms.io import fs
 
-__all__ = ["WriteDeadLetters", "WriteDatasetParams", "MergeStats", "PARAMS_FILE", "DEAD_LETTER_DIR"]
+STAGES = ("read", "normalize", "tokenize", "pack", "fim", "compact", "shuffle", "write")
+
+__all__ = ["WriteDeadLetters", "WriteDatasetParams", "MergeStats", "PARAMS_FILE", "DEAD_LETTER_DIR",
+           "dead_letter_file_name"]
 
 PARAMS_FILE = "data_params.json"
 DEAD_LETTER_DIR = "dead_letter"
-DEAD_LETTER_FILE = "bad_records.jsonl"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_NAME_TAIL = 100  # characters of the sanitized source path kept in a dead-letter file name
 
 
 class MergeStats(beam.CombineFn):
@@ -39,18 +46,40 @@ class MergeStats(beam.CombineFn):
         return acc
 
 
-def _write_dead_letters(records: list, output_dir: str) -> int:
-    if not records:
-        return 0
-    records = sorted(records, key=lambda r: (r.source, r.member or "", r.line if r.line is not None else -1))
+def dead_letter_file_name(source: str) -> str:
+    """The dead-letter file of one source: readable, safe on every file system, unique.
+
+    The tail of the sanitized path keeps the name readable; a digest of the
+    whole path keeps two sources whose sanitized names collide apart.
+    """
+    readable = _UNSAFE.sub("_", source).strip("._-")[-_NAME_TAIL:].lstrip("._-") or "source"
+    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{readable}.{digest}.jsonl"
+
+
+def _sort_key(record: BadRecord) -> tuple:
+    return (record.member or "", -1 if record.line is None else record.line, record.reason, record.detail)
+
+
+def _write_source_dead_letters(item: tuple, output_dir: str) -> int:
+    """Write one source's bad records, sorted by (member, line), to their own file."""
+    source, records = item
+    records = sorted(records, key=_sort_key)
     lines = "".join(json.dumps(r.to_json(), ensure_ascii=False, sort_keys=True) + "\n" for r in records)
-    fs.makedirs(fs.join(output_dir, DEAD_LETTER_DIR))
-    fs.write_text_atomic(fs.join(output_dir, DEAD_LETTER_DIR, DEAD_LETTER_FILE), lines)
+    directory = fs.join(output_dir, DEAD_LETTER_DIR)
+    fs.makedirs(directory)
+    fs.write_text_atomic(fs.join(directory, dead_letter_file_name(source)), lines)
     return len(records)
 
 
 class WriteDeadLetters(beam.PTransform):
-    """PCollection[BadRecord] -> PCollection[int] (one element: records written)."""
+    """PCollection[BadRecord] -> PCollection[int] (one element: records written).
+
+    One JSONL file per source file under OUT/dead_letter/ (`dead_letter_file_name`),
+    its records sorted by (member, line), so the output does not depend on the
+    runner. Only one source's records are ever held together (a GroupByKey per
+    source), each with its raw bytes already cut to a preview by the reader.
+    """
 
     def __init__(self, output_dir: str):
         super().__init__()
@@ -58,8 +87,10 @@ class WriteDeadLetters(beam.PTransform):
 
     def expand(self, records):
         return (records
-                | "AllBadRecords" >> beam.combiners.ToList()
-                | "WriteDeadLetters" >> beam.Map(_write_dead_letters, self._output_dir))
+                | "BySource" >> beam.Map(lambda r: (r.source, r))
+                | "GroupBySource" >> beam.GroupByKey()
+                | "WriteSourceDeadLetters" >> beam.Map(_write_source_dead_letters, self._output_dir)
+                | "CountDeadLetters" >> beam.CombineGlobally(sum))
 
 
 def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad_id: int, vocab_size: int,
@@ -74,8 +105,14 @@ def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad
     params["input"] = input_section(stats)
     params["files"] = {s.name: s.counters["num_sequences"] for s in sorted(shards, key=lambda s: s.index)}
     params.update(extra)
+    run = dict(params.get("run", {}))
     if stats["groups_resumed"]:
-        params["run"] = {**params.get("run", {}), "groups_resumed": stats["groups_resumed"]}
+        run["groups_resumed"] = stats["groups_resumed"]
+    # Summed over workers, so on several workers they exceed the wall time.
+    timers = {**stats.with_prefix(TIME_PREFIX), **{k[len(TIME_PREFIX):]: v for k, v in written.items()
+                                                   if k.startswith(TIME_PREFIX)}}
+    run["stage_seconds"] = {k: round(timers[k] / 1000, 2) for k in STAGES if k in timers}
+    params["run"] = run
     problems = check_accounting(params["input"])
     if problems:
         raise RuntimeError("document accounting does not add up: " + "; ".join(problems))

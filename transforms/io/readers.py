@@ -5,6 +5,13 @@ fixes are COMPAT "Reading": every bad record becomes a BadRecord (with line and
 reason) instead of a crash or a silent skip, and good neighbours always
 survive. Everything streams: this is the hot path of a terabyte-scale job, and
 a single .jsonl can be many gigabytes.
+
+Only errors about the file itself are dead-lettered: its content (corrupt,
+truncated, not in its format, a record over MAX_RECORD_BYTES), or its absence
+(FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError).
+Any other error of the storage (a network failure, a remote store's 503, a
+timeout) says nothing about the data, so it is raised: the runner then retries
+the bundle instead of the job silently losing the file's good documents.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from transforms.core.records import (
     NOT_A_STRING,
     NULL_TEXT,
     RAW_PREVIEW_BYTES,
+    TOO_LONG,
     TRUNCATED_STREAM,
     UNREADABLE_FILE,
     BadRecord,
@@ -36,7 +44,7 @@ from transforms.core.records import (
 )
 from transforms.io.discover import extension_of
 
-__all__ = ["Record", "read_records"]
+__all__ = ["Record", "read_records", "MAX_RECORD_BYTES"]
 
 Record = Union[Document, BadRecord]
 
@@ -52,8 +60,17 @@ _RAW_CAP = RAW_PREVIEW_BYTES + 1
 _DETAIL_CAP = 200
 
 # Errors a file handle can raise while being read: plain I/O, a tar that ends
-# early, or the decompressor of a compressed tar.
+# early, or the decompressor of a compressed tar. An error of the storage
+# itself is re-raised by `read_records` unless it is a _PERMANENT_IO_ERRORS.
 _READ_ERRORS = (OSError, EOFError, tarfile.TarError, zlib.error, lzma.LZMAError)
+# Storage errors that are about the file and would recur on a retry.
+_PERMANENT_IO_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+# A record (a JSON line, a .txt file) larger than this is dead-lettered as
+# TOO_LONG without being held in memory: a file of binary junk without a
+# newline must not take a worker down. Read at call time (tests patch it);
+# `read_records(max_record_bytes=...)` overrides it.
+MAX_RECORD_BYTES = 256 << 20
 
 _decode_json = json.JSONDecoder().decode
 _MISSING = object()
@@ -71,12 +88,15 @@ class _StreamDamage(Exception):
         self.fatal = fatal
 
 
-def read_records(path: str, keys: tuple[str, ...]) -> Iterator[Record]:
+def read_records(path: str, keys: tuple[str, ...], max_record_bytes: Optional[int] = None) -> Iterator[Record]:
     """Yield the Documents and BadRecords of one input file, in file order.
 
-    Never raises for bad data; a file that cannot be opened yields one
-    UNREADABLE_FILE record. Raises ValueError only for caller mistakes
-    (no keys, unsupported extension).
+    Never raises for bad data; a file that is missing or cannot be read yields
+    one UNREADABLE_FILE record. Raises ValueError for caller mistakes (no keys,
+    unsupported extension), and re-raises a transient storage error (any
+    error of the storage but _PERMANENT_IO_ERRORS) so that the runner retries.
+    A JSON line or .txt file longer than `max_record_bytes` (default
+    MAX_RECORD_BYTES) becomes one TOO_LONG record.
     """
     keys = tuple(keys)
     if not keys:
@@ -84,14 +104,66 @@ def read_records(path: str, keys: tuple[str, ...]) -> Iterator[Record]:
     ext = extension_of(path)
     if ext is None:
         raise ValueError(f"unsupported input file extension: {path}")
+    cap = MAX_RECORD_BYTES if max_record_bytes is None else int(max_record_bytes)
+    if cap < 1:
+        raise ValueError(f"max_record_bytes must be positive, got {cap}")
     reader = _READERS[ext]
     try:
-        fh = fsspec.open(path, "rb").open()
+        raw = fsspec.open(path, "rb").open()
     except (OSError, ValueError) as e:
+        if _is_transient(e):
+            raise
         yield _unreadable(path, f"cannot open: {e}")
         return
-    with fh:
-        yield from reader(fh, path, keys)
+    src = _StorageFile(raw)
+    with raw:
+        for record in reader(src, path, keys, cap):
+            if type(record) is BadRecord and _is_transient(src.error):
+                # This record would only say that the storage failed: retry instead.
+                raise src.error  # type: ignore[misc]
+            yield record
+
+
+def _is_transient(error: Optional[BaseException]) -> bool:
+    """True for a storage error that may not recur: anything but a missing, forbidden
+    or malformed (ValueError: e.g. an invalid URL) file."""
+    return error is not None and not isinstance(error, (_PERMANENT_IO_ERRORS, ValueError))
+
+
+class _StorageFile:
+    """The input's byte handle, remembering the first error the storage itself raised.
+
+    Decoders (tarfile, pyarrow, zlib) wrap or swallow the errors of the handle
+    they read from, so a reader cannot tell a corrupt file from a failing disk
+    or network by the exception it catches; this wrapper can.
+    """
+
+    def __init__(self, fh):
+        self._fh = fh
+        self.error: Optional[BaseException] = None
+
+    def _call(self, method, *args):
+        try:
+            return method(*args)
+        except Exception as e:
+            if self.error is None:
+                self.error = e
+            raise
+
+    def read(self, *args):
+        return self._call(self._fh.read, *args)
+
+    def readinto(self, buffer):
+        return self._call(self._fh.readinto, buffer)
+
+    def seek(self, *args):
+        return self._call(self._fh.seek, *args)
+
+    def tell(self):
+        return self._call(self._fh.tell)
+
+    def __getattr__(self, name):
+        return getattr(self._fh, name)
 
 
 # ---------------------------------------------------------------- helpers
@@ -216,6 +288,7 @@ def _json_lines(
     blocks: Iterable[bytes],
     source: str,
     keys: tuple[str, ...],
+    cap: int,
     member: Optional[str] = None,
     strip_strings: bool = False,
 ) -> Iterator[Record]:
@@ -225,36 +298,66 @@ def _json_lines(
     allows the first three raw inside strings). A CRLF's "\\r" is JSON
     whitespace, so it needs no stripping. If the stream is damaged, every
     complete line before the damage is kept, then one BadRecord carries the
-    partial line. Returns True when the damage was fatal to a container.
+    partial line. A line longer than `cap` bytes is one TOO_LONG record, and
+    only its first bytes are ever held. Returns True when the damage was
+    fatal to a container.
     """
     parse = _line_parser(source, keys, member, strip_strings)
     index = 0
     pending: list[bytes] = []  # pieces of a line longer than a block
+    pending_size = 0
+    oversize: Optional[bytes] = None  # preview of a line skipped for its length
+
+    def too_long(preview: bytes, index: int) -> BadRecord:
+        return BadRecord(source, index + 1, TOO_LONG, preview[:_RAW_CAP], member,
+                         f"line longer than {cap} bytes")
+
     try:
         for block in blocks:
+            if oversize is not None:
+                end = block.find(b"\n")
+                if end < 0:
+                    continue
+                yield too_long(oversize, index)
+                index += 1
+                oversize = None
+                block = block[end + 1:]
             if b"\n" not in block:
-                pending.append(block)
+                if block:
+                    pending.append(block)
+                    pending_size += len(block)
+                    if pending_size > cap:
+                        oversize = b"".join(pending)[:_RAW_CAP]
+                        pending.clear()
+                        pending_size = 0
                 continue
             if pending:
                 pending.append(block)
                 block = b"".join(pending)
                 pending.clear()
+                pending_size = 0
             lines = block.split(b"\n")
             tail = lines.pop()
-            if tail:
-                pending.append(tail)
             for line in lines:
-                yield parse(line, index)
+                yield parse(line, index) if len(line) <= cap else too_long(line, index)
                 index += 1
+            if tail:
+                if len(tail) > cap:
+                    oversize = tail[:_RAW_CAP]
+                else:
+                    pending.append(tail)
+                    pending_size = len(tail)
     except _StreamDamage as damage:
         reason = damage.reason
         if reason is None:
-            reason = TRUNCATED_STREAM if index or pending else UNREADABLE_FILE
-        raw = b"".join(pending)[:_RAW_CAP]
+            reason = TRUNCATED_STREAM if index or pending or oversize is not None else UNREADABLE_FILE
+        raw = (oversize if oversize is not None else b"".join(pending))[:_RAW_CAP]
         line_no = index + 1 if reason == TRUNCATED_STREAM else None
         yield BadRecord(source, line_no, reason, raw, member, damage.detail[:_DETAIL_CAP])
         return damage.fatal
-    if pending:
+    if oversize is not None:
+        yield too_long(oversize, index)
+    elif pending:
         # A final line without "\n" is a normal line, since the stream ended cleanly.
         yield parse(b"".join(pending), index)
     return False
@@ -339,19 +442,19 @@ def _damage(progress: bool, detail: str) -> _StreamDamage:
 # ---------------------------------------------------------------- formats
 
 
-def _read_jsonl(fh, source: str, keys: tuple[str, ...]) -> Iterator[Record]:
-    yield from _json_lines(_raw_blocks(fh), source, keys)
+def _read_jsonl(fh, source: str, keys: tuple[str, ...], cap: int) -> Iterator[Record]:
+    yield from _json_lines(_raw_blocks(fh), source, keys, cap)
 
 
-def _read_jsonl_zst(fh, source: str, keys: tuple[str, ...]) -> Iterator[Record]:
-    yield from _json_lines(_zstd_blocks(fh), source, keys)
+def _read_jsonl_zst(fh, source: str, keys: tuple[str, ...], cap: int) -> Iterator[Record]:
+    yield from _json_lines(_zstd_blocks(fh), source, keys, cap)
 
 
-def _read_json_gz(fh, source: str, keys: tuple[str, ...]) -> Iterator[Record]:
-    yield from _json_lines(_gzip_blocks(fh), source, keys, strip_strings=True)
+def _read_json_gz(fh, source: str, keys: tuple[str, ...], cap: int) -> Iterator[Record]:
+    yield from _json_lines(_gzip_blocks(fh), source, keys, cap, strip_strings=True)
 
 
-def _read_jsonl_zst_tar(fh, source: str, keys: tuple[str, ...]) -> Iterator[Record]:
+def _read_jsonl_zst_tar(fh, source: str, keys: tuple[str, ...], cap: int) -> Iterator[Record]:
     try:
         if _is_empty(fh):
             return
@@ -375,7 +478,7 @@ def _read_jsonl_zst_tar(fh, source: str, keys: tuple[str, ...]) -> Iterator[Reco
             if not info.isfile():
                 continue
             member_fh = archive.extractfile(info)
-            fatal = yield from _json_lines(_zstd_blocks(member_fh), source, keys, info.name)
+            fatal = yield from _json_lines(_zstd_blocks(member_fh), source, keys, cap, info.name)
             if fatal:
                 return
 
@@ -388,15 +491,23 @@ def _is_empty(fh) -> bool:
     return True
 
 
-def _read_txt(fh, source: str, keys: tuple[str, ...]) -> Iterator[Record]:
+def _read_txt(fh, source: str, keys: tuple[str, ...], cap: int) -> Iterator[Record]:
     if len(keys) != 1:
         yield BadRecord(source, None, MISSING_KEY, detail=f"a .txt file has one text, not keys {list(keys)}")
         return
+    blocks, size = [], 0
     try:
-        data = fh.read()
-    except _READ_ERRORS as e:
-        yield _unreadable(source, f"read error: {_short(e)}")
+        for block in _raw_blocks(fh):
+            blocks.append(block)
+            size += len(block)
+            if size > cap:
+                yield BadRecord(source, None, TOO_LONG, b"".join(blocks)[:_RAW_CAP],
+                                detail=f"file longer than {cap} bytes")
+                return
+    except _StreamDamage as damage:
+        yield _unreadable(source, damage.detail)
         return
+    data = b"".join(blocks)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -408,7 +519,7 @@ def _read_txt(fh, source: str, keys: tuple[str, ...]) -> Iterator[Record]:
     yield Document(0, (text,))
 
 
-def _read_parquet(fh, source: str, keys: tuple[str, ...]) -> Iterator[Record]:
+def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int) -> Iterator[Record]:
     try:
         pfile = pq.ParquetFile(fh)
         names = set(pfile.schema_arrow.names)
