@@ -194,7 +194,7 @@ def plan_job(config: Config) -> JobPlan:
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
     root = None if config.metadata_files else config.input_dir
-    files = tuple(InputFile(i, p, _relpath(p, root), os.path.getsize(p) if fs.is_local(p) else 0)
+    files = tuple(InputFile(i, p, _relpath(p, root), fs.local_size(p))
                   for i, p in enumerate(paths))
     try:
         tok_files = read_tokenizer_files(

@@ -209,3 +209,8 @@ def remove_file(path: str) -> None:
         pass
     finally:
         _forget(fs, posixpath.dirname(p))
+
+
+def local_size(path: str) -> int:
+    """Bytes of a local file (plain path or file:// URL); 0 for remote ones, not worth a request each."""
+    return os.path.getsize(_local(path)) if is_local(path) else 0
