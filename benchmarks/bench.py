@@ -29,6 +29,7 @@ CONFIGS = {
     "ftfy_off": [],
     "ftfy_on": ["--use_ftfy", "True"],
     "shuffle": ["--shuffle", "True"],
+    "multi_processing_2": ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"],
 }
 
 

@@ -22,7 +22,7 @@ from typing import Optional
 
 import apache_beam as beam
 import fsspec
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines.config import FIM, LMDATA, SUMMARIZATION, Config, ConfigError, load_config
 from transforms.core.compact import compact_block, token_dtype
@@ -184,6 +184,7 @@ def _is_local_runner(options: PipelineOptions) -> bool:
     return runner.split(".")[-1] in LOCAL_RUNNERS
 
 
+DEFAULT_RUNNER = "FnApiRunner"
 LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner")
 
 
@@ -288,16 +289,19 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
             plan.tokenizer_files, split_len=plan.split_len, remove_bos_in_chunks=plan.remove_bos_in_chunks,
             append_eos=plan.mode != SUMMARIZATION, drop_bos=plan.mode == FIM)
     )
-    if plan.mode == SUMMARIZATION:
-        rows = tokens | "BuildSummarizationRows" >> BuildSummarizationRows(plan.summarization)
+    compact = dict(inverted_mask=plan.row_format.inverted_mask, trailing_eos_input=plan.row_format.trailing_eos_input,
+                   pad_id=plan.pad_id, dtype=token_dtype(plan.vocab_size))
+    if plan.mode == LMDATA:
+        # Packed straight into compact rows: full [n, 3, msl] rows are only built by the writer.
+        blocks = tokens | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed, compact_dtype=compact["dtype"])
     else:
-        rows = tokens | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
-    if plan.mode == FIM:
-        rows = rows | "ApplyFim" >> ApplyFim(plan.fim, tokenizer_files=plan.tokenizer_files, seed=plan.seed)
-    blocks = rows | "CompactRows" >> beam.Map(
-        timed("compact", compact_block), inverted_mask=plan.row_format.inverted_mask,
-        trailing_eos_input=plan.row_format.trailing_eos_input, pad_id=plan.pad_id,
-        dtype=token_dtype(plan.vocab_size))
+        if plan.mode == SUMMARIZATION:
+            rows = tokens | "BuildSummarizationRows" >> BuildSummarizationRows(plan.summarization)
+        else:
+            rows = (tokens
+                    | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
+                    | "ApplyFim" >> ApplyFim(plan.fim, tokenizer_files=plan.tokenizer_files, seed=plan.seed))
+        blocks = rows | "CompactRows" >> beam.Map(timed("compact", compact_block), **compact)
     if plan.storage_dir:
         blocks = blocks | "StoreGroups" >> StoreGroups(plan.storage_dir)
     if stored is not None:
@@ -333,6 +337,10 @@ def _beam_options(beam_args: list[str]) -> PipelineOptions:
     if unknown:
         raise UserError(f"unrecognized arguments: {' '.join(unknown)}")
     options = PipelineOptions(beam_args)
+    if not options.view_as(StandardOptions).runner:
+        # A bare DirectRunner first tries to download and start Prism; the in-process
+        # FnApiRunner is what runs locally anyway, and the fastest here (benchmarks/bench.py).
+        options.view_as(StandardOptions).runner = DEFAULT_RUNNER
     return options
 
 

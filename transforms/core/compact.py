@@ -35,12 +35,14 @@ class CompactRows:
     def take(self, index: np.ndarray) -> "CompactRows":
         """Rows `index`, in that order."""
         index = np.asarray(index, dtype=np.int64)
-        lengths = self.offsets[index + 1] - self.offsets[index]
+        starts, ends = self.offsets[index], self.offsets[index + 1]
         offsets = np.zeros(len(index) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        if len(index):
-            gather = np.repeat(self.offsets[index] - offsets[:-1], lengths) + np.arange(offsets[-1])
-            tokens = self.tokens[gather]
+        np.cumsum(ends - starts, out=offsets[1:])
+        if len(index) and np.all(index[1:] == index[:-1] + 1):
+            tokens = self.tokens[starts[0]:ends[-1]]  # a contiguous run: a view, no copy
+        elif len(index):
+            # Slices, not a gather index: an index as long as the tokens would cost 8 bytes per token.
+            tokens = np.concatenate([self.tokens[a:b] for a, b in zip(starts.tolist(), ends.tolist())])
         else:
             tokens = self.tokens[:0]
         return CompactRows(tokens, offsets, self.loss[index])

@@ -49,9 +49,37 @@ class PackConfig:
 
 @dataclasses.dataclass
 class PackResult:
-    rows: np.ndarray  # int32 [n, 3, msl]
+    """Rows as windows over the group's token stream: row i is tokens[starts[i] : starts[i] + lengths[i]]."""
+
+    tokens: np.ndarray  # int32: the group's documents, concatenated
+    starts: np.ndarray  # int64 [n]
+    lengths: np.ndarray  # int64 [n]: window lengths, at most msl + 1
     docs_used: int
     dropped: Counter  # reason -> documents
+    config: PackConfig
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @property
+    def rows(self) -> np.ndarray:
+        """int32 [n, 3, msl]: input_ids, attention mask, labels."""
+        cfg = self.config
+        windows = [self.tokens[s:s + n] for s, n in zip(self.starts.tolist(), self.lengths.tolist())]
+        if not windows:
+            return np.zeros((0, 3, cfg.max_seq_length), dtype=np.int32)
+        return rows_from_windows(windows, cfg.max_seq_length, cfg.pad_id, cfg.inverted_mask)
+
+    def compact(self, dtype: np.dtype):
+        """The rows as transforms.core.compact.CompactRows, without building them in full."""
+        from transforms.core.compact import CompactRows
+
+        offsets = np.zeros(len(self) + 1, dtype=np.int64)
+        np.cumsum(self.lengths, out=offsets[1:])
+        pieces = [self.tokens[s:s + n] for s, n in zip(self.starts.tolist(), self.lengths.tolist())]
+        tokens = np.concatenate(pieces).astype(dtype) if pieces else np.zeros(0, dtype)
+        loss = np.stack([np.zeros(len(self), np.int64), self.lengths - 1], axis=1).astype(np.int32)
+        return CompactRows(tokens, offsets, loss)
 
 
 def window_to_row(window: np.ndarray, msl: int, pad_id: int, inverted_mask: bool = False) -> np.ndarray:
@@ -72,16 +100,6 @@ def rows_from_windows(windows: Sequence[np.ndarray], msl: int, pad_id: int,
         rows[i, 2, :n] = w[1:]
     if inverted_mask:
         rows[:, 1, :] ^= 1
-    return rows
-
-
-def _full_rows(stream: np.ndarray, n_full: int, msl: int, inverted_mask: bool) -> np.ndarray:
-    """The n_full full windows of a stream as rows, without a Python loop."""
-    windows = np.lib.stride_tricks.sliding_window_view(stream, msl + 1)[: n_full * msl : msl]
-    rows = np.empty((n_full, 3, msl), dtype=np.int32)
-    rows[:, 0, :] = windows[:, :-1]
-    rows[:, 1, :] = 0 if inverted_mask else 1
-    rows[:, 2, :] = windows[:, 1:]
     return rows
 
 
@@ -106,11 +124,12 @@ def _mark_dropped(fate: np.ndarray, start: int, end: int, code: int) -> None:
     span[span != 0] = code
 
 
-def _pack_stream(stream: np.ndarray, cfg: PackConfig, rng: Optional[random.Random]) -> tuple[list, np.ndarray]:
-    """Rows of one stream, and per token 0 if it is in a written row, else a drop code."""
+def _pack_stream(stream: np.ndarray, base: int, cfg: PackConfig, rng: Optional[random.Random],
+                 starts: list, lengths: list) -> np.ndarray:
+    """Append the windows of one stream (as base + start, length) and return, per token,
+    0 if it is in a written row, else a drop code."""
     msl = cfg.max_seq_length
     fate = np.full(len(stream), _UNASSIGNED, dtype=np.int8)
-    parts: list[np.ndarray] = []
     spans = _stream_windows(len(stream), msl)
     has_remainder = bool(spans) and spans[-1][1] - spans[-1][0] < msl + 1
     if has_remainder and cfg.pack_sequences and not cfg.write_remainder:
@@ -118,25 +137,28 @@ def _pack_stream(stream: np.ndarray, cfg: PackConfig, rng: Optional[random.Rando
 
     n_full = sum(1 for s, e in spans if e - s == msl + 1)  # full windows come first
     if cfg.short_seq_prob == 0.0 and n_full and msl + 1 >= cfg.min_sequence_len:
-        parts.append(_full_rows(stream, n_full, msl, cfg.inverted_mask))
+        starts.append(base + np.arange(n_full, dtype=np.int64) * msl)
+        lengths.append(np.full(n_full, msl + 1, dtype=np.int64))
         fate[: n_full * msl + 1] = 0
         spans = spans[n_full:]
-    windows = []
+    kept_s, kept_l = [], []
     for s, e in spans:
         if e - s < cfg.min_sequence_len:
             _mark_dropped(fate, s, e, 1)
             continue
-        w = stream[s:e]
+        length = e - s
         if rng is not None and cfg.short_seq_prob > 0.0 and rng.random() < cfg.short_seq_prob:
             cut = rng.randint(2, msl - 1)
-            if cut < len(w):
+            if cut < length:
                 _mark_dropped(fate, s + cut, e, 3)
-                w = w[:cut]
-        fate[s:s + len(w)] = 0
-        windows.append(w)
-    if windows:
-        parts.append(rows_from_windows(windows, msl, cfg.pad_id, cfg.inverted_mask))
-    return parts, fate
+                length = cut
+        fate[s:s + length] = 0
+        kept_s.append(base + s)
+        kept_l.append(length)
+    if kept_s:
+        starts.append(np.array(kept_s, dtype=np.int64))
+        lengths.append(np.array(kept_l, dtype=np.int64))
+    return fate
 
 
 _FATE_REASON = {1: DROP_MIN_LEN, 2: DROP_REMAINDER, 3: DROP_SHORT_SEQ, _UNASSIGNED: DROP_SINGLE_TOKEN}
@@ -150,36 +172,35 @@ def pack_documents(docs: Sequence[np.ndarray], cfg: PackConfig, rng: Optional[ra
     least one of its tokens is in a written row; otherwise it is dropped with
     the reason of the window that held its first token.
     """
-    msl = cfg.max_seq_length
     lengths = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
+    if np.any(lengths == 0):
+        raise ValueError("every document must hold at least its EOS token")
+    tokens = np.concatenate(docs).astype(np.int32, copy=False) if len(docs) else np.zeros(0, np.int32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    starts: list = []
+    spans: list = []
     if cfg.pack_sequences:
-        stream = np.concatenate(docs).astype(np.int32, copy=False) if len(docs) else np.zeros(0, np.int32)
-        parts, fate = _pack_stream(stream, cfg, rng)
+        fate = _pack_stream(tokens, 0, cfg, rng, starts, spans)
     else:
-        parts, fates = [], []
-        for d in docs:
-            p, f = _pack_stream(np.asarray(d, dtype=np.int32), cfg, rng)
-            parts.extend(p)
-            fates.append(f)
-        fate = np.concatenate(fates) if fates else np.zeros(0, np.int8)
-    rows = np.concatenate(parts) if parts else np.zeros((0, 3, msl), dtype=np.int32)
-
+        fate = np.concatenate([_pack_stream(tokens[offsets[i]:offsets[i + 1]], int(offsets[i]), cfg, rng,
+                                            starts, spans) for i in range(len(docs))]) \
+            if len(docs) else np.zeros(0, np.int8)
     dropped: Counter = Counter()
     used = 0
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
     if len(docs):
-        if np.any(lengths == 0):
-            raise ValueError("every document must hold at least its EOS token")
         kept_per_doc = np.add.reduceat((fate == 0).astype(np.int64), offsets[:-1])
         for i in np.flatnonzero(kept_per_doc == 0):
             dropped[_FATE_REASON[int(fate[offsets[i]])]] += 1
         used = int(np.count_nonzero(kept_per_doc))
-    return PackResult(rows=rows, docs_used=used, dropped=dropped)
+    empty = np.zeros(0, np.int64)
+    return PackResult(tokens=tokens, starts=np.concatenate(starts) if starts else empty,
+                      lengths=np.concatenate(spans) if spans else empty, docs_used=used, dropped=dropped,
+                      config=cfg)
 
 
-def pack_batch(batch, config: PackConfig, seed: int):
-    """TokenBatch -> RowBlock for LMData, with the group's drop counts in its stats."""
-    from transforms.core.records import RowBlock
+def pack_batch(batch, config: PackConfig, seed: int, compact_dtype: Optional[np.dtype] = None):
+    """TokenBatch -> RowBlock (full rows), or CompactBlock when `compact_dtype` is given."""
+    from transforms.core.records import CompactBlock, RowBlock
     from transforms.core.seeds import derive_seed
 
     # The generator is seeded by the group's identity, never shared: the draws
@@ -190,5 +211,7 @@ def pack_batch(batch, config: PackConfig, seed: int):
     batch.stats.add("docs_used", result.docs_used, source)
     for reason, n in result.dropped.items():
         batch.stats.add(f"dropped.{reason}", n, source)
-    batch.stats.add("rows", len(result.rows), source)
+    batch.stats.add("rows", len(result), source)
+    if compact_dtype is not None:
+        return CompactBlock(batch.group, len(result), rows=result.compact(compact_dtype), stats=batch.stats)
     return RowBlock(batch.group, result.rows, batch.stats)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import apache_beam as beam
 from apache_beam import pvalue
 
 from transforms.core.records import CompactBlock, DocBatch
+from transforms.core.timing import TIME_PREFIX
 from transforms.io.spill import find_spilled, spill_group
 
 __all__ = ["StoreGroups", "SkipStoredGroups", "STORED"]
@@ -18,7 +21,9 @@ class _StoreFn(beam.DoFn):
         self._directory = directory
 
     def process(self, block: CompactBlock):
+        started = time.perf_counter()
         ref = spill_group(self._directory, block.group, block.rows, block.stats)
+        block.stats.totals[TIME_PREFIX + "shuffle"] += int((time.perf_counter() - started) * 1000)
         yield CompactBlock(block.group, block.n_rows, stored=ref, stats=block.stats)
 
 
