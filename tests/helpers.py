@@ -125,3 +125,24 @@ def assert_stats_recount(out_dir, params: dict, tokenizer) -> None:
     assert post["processed_files"] == inp["good"]
     assert post["discarded_files"] == inp["dropped"]
     assert post["successful_files"] == inp["used"]
+
+
+def zst(data: bytes) -> bytes:
+    """Bytes compressed as one zstd frame, for building test corpora."""
+    import zstandard
+
+    return zstandard.ZstdCompressor().compress(data)
+
+
+def make_tar(members: list[tuple[str, bytes]]) -> bytes:
+    """An uncompressed tar holding (name, bytes) members, for building test corpora."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()

@@ -18,7 +18,6 @@ import random
 import signal
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections import Counter
@@ -29,12 +28,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import zstandard
 from fsspec.implementations.memory import MemoryFileSystem
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import ROOT, RUNNER, read_rows, run_job
+from tests.helpers import ROOT, RUNNER, make_tar, read_rows, run_job, zst
 from transforms.core import records as R
 from transforms.core import tokenizer as T
 from transforms.core.records import BadRecord, Document
@@ -74,20 +72,6 @@ def fast_args(input_dir, out, *extra) -> list[str]:
 
 def jline(obj) -> bytes:
     return json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n"
-
-
-def zst(data: bytes) -> bytes:
-    return zstandard.ZstdCompressor().compress(data)
-
-
-def make_tar(members: list[tuple[str, bytes]]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def parquet_bytes(table: pa.Table) -> bytes:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, SHARED, h5_files, require_shared, run_job
+from tests.helpers import ROOT, h5_files, run_job
 
 GPT2 = ROOT / "data" / "tokenizers" / "gpt2"
 SAMPLE = ROOT / "data" / "sample"

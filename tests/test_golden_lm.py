@@ -126,14 +126,17 @@ def _ref_params(case: str) -> dict:
         return json.load(f)
 
 
-@pytest.mark.parametrize("case", PACK_CASES)
-def test_packed_stream_and_rows_match_reference(case, runs):
+def _outputs(case: str, runs) -> tuple:
+    """(our output dir, our params, reference params, reference rows, our rows); our files obey the loader."""
     out, params = runs(case)
-    ref = _ref_params(case)
-    ref_rows = read_rows(GOLDEN / case / "out", order=reference_order)
-    ours = read_rows(out)
     for path in h5_files(out):
         assert_dataloader_rules(path)
+    return out, params, _ref_params(case), read_rows(GOLDEN / case / "out", order=reference_order), read_rows(out)
+
+
+@pytest.mark.parametrize("case", PACK_CASES)
+def test_packed_stream_and_rows_match_reference(case, runs):
+    out, params, ref, ref_rows, ours = _outputs(case, runs)
     eos, pad = params["post-process"]["eos_id"], params["post-process"]["pad_id"]
 
     streams = _file_streams(case, params)
@@ -157,12 +160,7 @@ def _row_multiset(rows: np.ndarray) -> Counter:
 
 @pytest.mark.parametrize("case", NOPACK_CASES)
 def test_unpacked_rows_match_reference_as_multiset(case, runs):
-    out, params = runs(case)
-    ref = _ref_params(case)
-    ref_rows = read_rows(GOLDEN / case / "out", order=reference_order)
-    ours = read_rows(out)
-    for path in h5_files(out):
-        assert_dataloader_rules(path)
+    out, params, ref, ref_rows, ours = _outputs(case, runs)
     if params["dataset"]["inverted_mask"]:
         # COMPAT fix: the reference ignored inverted_mask; ours really inverts it.
         real = ours[:, 1, :] == 0

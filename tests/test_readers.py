@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import gzip
-import io
 import json
-import tarfile
 from pathlib import Path
 
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import make_tar, zst
 from transforms.core import records as R
 from transforms.core.records import BadRecord, Document
 from transforms.io.readers import read_records
@@ -48,20 +46,6 @@ def bads(records) -> list[BadRecord]:
 
 def jline(obj) -> bytes:
     return json.dumps(obj).encode() + b"\n"
-
-
-def zst(data: bytes) -> bytes:
-    return zstandard.ZstdCompressor().compress(data)
-
-
-def make_tar(members: list[tuple[str, bytes]]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def make_parquet(tmp_path: Path, name: str, table: pa.Table, **kwargs) -> str:

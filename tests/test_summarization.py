@@ -6,7 +6,6 @@ import os
 from collections import Counter
 
 import numpy as np
-import pytest
 
 from tests.helpers import (GOLDEN, REFERENCE, ROOT, assert_dataloader_rules, assert_stats_recount, golden_command,
                            h5_files, read_rows, reference_order, require_shared, run_job)

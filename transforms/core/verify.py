@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 

@@ -81,28 +81,51 @@ def _route(block: CompactBlock, layout: Layout):
         yield f, _Piece(block.group.name, block.group.sort_key, rows, inline, block.stored)
 
 
-def _gather(pieces: list, layout: Layout, index: int) -> CompactRows:
-    """The rows of file `index`, in global position order."""
-    names = [p.group_name for p in pieces for _ in range(len(p.rows))]
-    sort_keys = [p.group_sort_key for p in pieces for _ in range(len(p.rows))]
-    rows = np.concatenate([p.rows for p in pieces]) if pieces else np.zeros(0, np.int64)
-    positions = layout.positions(names, sort_keys, rows.tolist())
-    lo, hi = layout.files.starts[index], layout.files.starts[index + 1]
-    parts, part_positions, start = [], [], 0
-    for p in pieces:
-        pos = positions[start:start + len(p.rows)]
-        start += len(p.rows)
-        mine = np.flatnonzero((pos >= lo) & (pos < hi))
-        if not len(mine):
-            continue
-        source = p.inline if p.inline is not None else load_spilled(p.stored)
-        parts.append(source.take(mine if p.inline is not None else p.rows[mine]))
-        part_positions.append(pos[mine])
-    merged = concat_compact(parts)
-    order = np.argsort(np.concatenate(part_positions)) if part_positions else np.zeros(0, np.int64)
-    if len(order) != hi - lo:
-        raise RuntimeError(f"shard {index}: {len(order)} rows, expected {hi - lo}")
-    return merged.take(order)
+class _FileRows:
+    """The rows of one output file in global position order, fetched batch by batch from their sources.
+
+    Only the order (two small integer arrays) is held for the whole file; the
+    tokens stay where they are (inline in the pieces, or in stored files) until
+    their batch is written, so memory does not grow with files_per_record.
+    """
+
+    def __init__(self, pieces: list, layout: Layout, index: int):
+        names = [p.group_name for p in pieces for _ in range(len(p.rows))]
+        sort_keys = [p.group_sort_key for p in pieces for _ in range(len(p.rows))]
+        rows = np.concatenate([p.rows for p in pieces]) if pieces else np.zeros(0, np.int64)
+        positions = layout.positions(names, sort_keys, rows.tolist())
+        lo, hi = layout.files.starts[index], layout.files.starts[index + 1]
+        self._sources, source_of, local, kept = [], [], [], []
+        start = 0
+        for p in pieces:
+            pos = positions[start:start + len(p.rows)]
+            start += len(p.rows)
+            mine = np.flatnonzero((pos >= lo) & (pos < hi))
+            if not len(mine):
+                continue
+            self._sources.append(p.inline if p.inline is not None else load_spilled(p.stored))
+            source_of.append(np.full(len(mine), len(self._sources) - 1, dtype=np.int32))
+            local.append(mine if p.inline is not None else p.rows[mine])
+            kept.append(pos[mine])
+        order = np.argsort(np.concatenate(kept)) if kept else np.zeros(0, np.int64)
+        if len(order) != hi - lo:
+            raise RuntimeError(f"shard {index}: {len(order)} rows, expected {hi - lo}")
+        self._source = np.concatenate(source_of)[order] if kept else np.zeros(0, np.int32)
+        self._local = np.concatenate(local)[order] if kept else np.zeros(0, np.int64)
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def batch(self, lo: int, hi: int) -> CompactRows:
+        """Rows lo..hi (positions within the file) as CompactRows, in order."""
+        source, local = self._source[lo:hi], self._local[lo:hi]
+        parts, where = [], []
+        for s in np.unique(source).tolist():
+            k = np.flatnonzero(source == s)
+            parts.append(self._sources[s].take(local[k]))
+            where.append(k)
+        merged = concat_compact(parts)
+        return merged.take(np.argsort(np.concatenate(where))) if parts else merged
 
 
 class _WriteShardFn(beam.DoFn):
@@ -132,7 +155,7 @@ class _WriteShardFn(beam.DoFn):
             yield ShardResult(index, name, dict(counters))
             return
         started = time.perf_counter()
-        rows = _gather(list(pieces), layout, index)
+        rows = _FileRows(list(pieces), layout, index)
         fmt = self._format
         counters: Counter = Counter()
         counters[TIME_PREFIX + "shuffle"] = int((time.perf_counter() - started) * 1000)
@@ -140,7 +163,7 @@ class _WriteShardFn(beam.DoFn):
 
         def batches():
             for i in range(0, len(rows), WRITE_BATCH_ROWS):
-                batch = expand_rows(rows.take(np.arange(i, min(i + WRITE_BATCH_ROWS, len(rows)))),
+                batch = expand_rows(rows.batch(i, min(i + WRITE_BATCH_ROWS, len(rows))),
                                     msl=fmt.max_seq_length, pad_id=fmt.pad_id, inverted_mask=fmt.inverted_mask)
                 counters.update(self._count(batch))  # counted on exactly the rows written
                 yield batch
