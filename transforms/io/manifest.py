@@ -109,8 +109,8 @@ def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad
     if stats["groups_resumed"]:
         run["groups_resumed"] = stats["groups_resumed"]
     # Summed over workers, so on several workers they exceed the wall time.
-    timers = {**stats.with_prefix(TIME_PREFIX), **{k[len(TIME_PREFIX):]: v for k, v in written.items()
-                                                   if k.startswith(TIME_PREFIX)}}
+    timers = Counter(stats.with_prefix(TIME_PREFIX))
+    timers.update({k[len(TIME_PREFIX):]: v for k, v in written.items() if k.startswith(TIME_PREFIX)})
     run["stage_seconds"] = {k: round(timers[k] / 1000, 2) for k in STAGES if k in timers}
     params["run"] = run
     problems = check_accounting(params["input"])
