@@ -480,3 +480,15 @@ def _replace(files: TokenizerFiles, **changes) -> TokenizerFiles:
     import dataclasses
 
     return dataclasses.replace(files, **changes)
+
+
+def test_long_real_documents_are_encoded_whole():
+    """A long run without spaces (identifiers one per line) once got a piece boundary inside a word."""
+    from transforms.core.tokenizer import UNCUT_CHARS
+
+    tok = build_tokenizer(read_tokenizer_files("GPT2Tokenizer", vocab_file=str(TOKS / "gpt2" / "vocab.bpe"),
+                                               encoder_file=str(TOKS / "gpt2" / "encoder.json")))
+    text = "Perl internals:\n" + "".join(f"magic_setlvref_{i}\nPerl_sv_{i}\n" for i in range(20_000))
+    assert 100_000 < len(text) < UNCUT_CHARS
+    ids = tokenize_documents(tok, [text])[0]
+    assert ids[:-1].tolist() == tok.backend.encode(text).ids and ids[-1] == tok.eos_id

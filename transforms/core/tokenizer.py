@@ -62,8 +62,11 @@ _PROBES = ("a", "0", "x y", ".", "\u4e00")
 # Bounded tokenization cost (`encode_bounded`): a text of at most UNCUT_CHARS
 # characters is encoded whole; a longer one in pieces of at most PIECE_CHARS
 # characters (`piece_spans`). Read at call time (tests patch them).
-UNCUT_CHARS = 1 << 16
-PIECE_CHARS = 1 << 13
+# Large enough that real documents are encoded whole (exact by construction):
+# a piece boundary inside a long run without spaces (say, a list of
+# identifiers one per line) would split a word and change its ids.
+UNCUT_CHARS = 1 << 20
+PIECE_CHARS = 1 << 16
 # Characters per encode_batch_fast call when encoding the pieces of one long
 # text: keeps the tokenizer's intermediate state (a few hundred bytes per
 # token) in the tens of megabytes, and both cores busy.
@@ -715,9 +718,9 @@ def encode_bounded(tok: Tokenizer, texts: Sequence[str], *, uncut: Optional[int]
                    piece: Optional[int] = None) -> list[np.ndarray]:
     """Token ids of each text (with the tokenizer's BOS/affixes, without EOS), at bounded cost.
 
-    The rule: a text of at most `uncut` (UNCUT_CHARS, 65536) characters is
+    The rule: a text of at most `uncut` (UNCUT_CHARS, 1 Mi characters) characters is
     encoded whole, so its ids are exactly the tokenizer's. A longer text is
-    cut by `piece_spans` into pieces of at most `piece` (PIECE_CHARS, 8192)
+    cut by `piece_spans` into pieces of at most `piece` (PIECE_CHARS, 64 Ki)
     characters, the pieces are encoded without special tokens, in batches, and
     the post-processor's ids (BOS...) are put once around their concatenation.
 

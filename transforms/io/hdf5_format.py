@@ -60,13 +60,23 @@ def write_shard_batches(path: str, n: int, msl: int, batches, *, threads: int = 
             track_times=False,
         )
         pos = 0
+
+        def flush(futures) -> int:
+            for i, future in enumerate(futures):
+                data.id.write_direct_chunk((pos + i, 0, 0), future.result())
+            return len(futures)
+
+        # Batch k is compressed on the pool while the caller prepares batch k+1;
+        # chunks are still written strictly in order.
+        pending: list = []
         for batch in batches:
             batch = np.asarray(batch)
             if batch.size and (batch.min() < np.iinfo(np.int32).min or batch.max() > np.iinfo(np.int32).max):
                 raise ValueError(f"{path}: values do not fit int32")
-            for chunk in pool.map(_deflate, batch):
-                data.id.write_direct_chunk((pos, 0, 0), chunk)
-                pos += 1
+            submitted = [pool.submit(_deflate, row) for row in batch]
+            pos += flush(pending)
+            pending = submitted
+        pos += flush(pending)
         if pos != n:
             raise ValueError(f"{path}: wrote {pos} rows, expected {n}")
         f.attrs["n_examples"] = np.int64(n)
