@@ -12,7 +12,7 @@ __all__ = ["TokenizeDocuments", "TOKENIZE_BATCH_CHARS"]
 
 # Texts per encode_batch call are capped by size: large enough to keep every
 # core busy (encode_batch releases the GIL), small enough to bound memory.
-TOKENIZE_BATCH_CHARS = 4 << 20
+TOKENIZE_BATCH_CHARS = 1 << 20
 
 
 def _batches(texts: list[str], limit: int):
