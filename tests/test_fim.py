@@ -26,6 +26,7 @@ from transforms.core.fim import (
     NumpyDraws,
     Segment,
     assemble,
+    fim_block,
     fim_row,
     make_fim_config,
     plan_row,
@@ -206,6 +207,23 @@ def test_trailing_eos_gives_no_spurious_segment():
 def test_row_without_segments_is_all_padding():
     row = fim_row(chars("|||"), char_cfg(8), char_encode, char_decode, ScriptedDraws([]))
     assert row[0].tolist() == [PAD] * 8 and row[2].tolist() == [PAD] * 8 and row[1].tolist() == [0] * 8
+
+
+def test_rows_left_without_loss_are_dropped_and_reported():
+    from transforms.core.records import GroupId, RowBlock
+    from transforms.io.manifest import build_params
+
+    msl = 8
+    real = np.array([[10, 11, 12, EOS, 13, 14, 15, EOS], [1, 1, 1, 1, 1, 1, 1, 1], [11, 12, EOS, 13, 14, 15, EOS, 16]])
+    only_eos = np.array([[EOS] * msl, [1] * msl, [EOS] * msl])
+    block = RowBlock(GroupId(0, 0, "a.jsonl", "a.jsonl"), np.stack([real, only_eos]).astype(np.int32))
+    out = fim_block(block, char_cfg(msl), char_encode, char_decode, seed=0)
+    assert len(out.rows) == 1
+    out.stats.add("docs_read", 1, "a.jsonl")
+    out.stats.add("docs_good", 1, "a.jsonl")
+    out.stats.add("docs_used", 1, "a.jsonl")
+    params = build_params([], out.stats, {}, eos_id=EOS, pad_id=PAD, vocab_size=20, extra={})
+    assert params["rows_dropped_by_reason"] == {"fim_without_loss": 1}
 
 
 def test_too_many_segments_keeps_the_leading_ones():

@@ -413,6 +413,7 @@ def fim_block(block, cfg: FimConfig, encode: Encode, decode: Decode, seed: int):
     A row with nothing left to train on (only EOS tokens) is dropped and counted.
     """
     from transforms.core.records import RowBlock
+    from transforms.core.stats import ROWS_DROPPED
 
     rows = []
     for i, row in enumerate(block.rows):
@@ -420,7 +421,6 @@ def fim_block(block, cfg: FimConfig, encode: Encode, decode: Decode, seed: int):
         if out[1].any() if not cfg.inverted_mask else not out[1].all():
             rows.append(out)
     empty = len(block.rows) - len(rows)
-    block.stats.add("fim_rows_without_loss", empty, block.group.source)
-    block.stats.add("rows", -empty, block.group.source)
+    block.stats.add(ROWS_DROPPED + "fim_without_loss", empty, block.group.source)
     out = np.stack(rows) if rows else np.zeros((0, 3, cfg.max_seq_length), dtype=np.int32)
     return RowBlock(block.group, out, block.stats)

@@ -18,6 +18,10 @@ __all__ = ["Stats", "merge", "row_stats", "post_process_section", "h5_stats_sect
            "check_accounting"]
 
 
+# Counters of rows (not documents) that were built and then dropped, by reason.
+ROWS_DROPPED = "rows_dropped."
+
+
 @dataclasses.dataclass
 class Stats:
     """Totals plus the same counters per source file."""

@@ -14,7 +14,7 @@ from collections import Counter
 import apache_beam as beam
 
 from transforms.core.records import BadRecord
-from transforms.core.stats import (Stats, check_accounting, h5_stats_section, input_section, merge,
+from transforms.core.stats import (ROWS_DROPPED, Stats, check_accounting, h5_stats_section, input_section, merge,
                                    post_process_section)
 from transforms.core.timing import TIME_PREFIX
 from transforms.io import fs
@@ -103,6 +103,9 @@ def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad
                                                   vocab_size=vocab_size)
     params["h5_dataset_stats"] = h5_stats_section(written)
     params["input"] = input_section(stats)
+    rows_dropped = stats.with_prefix(ROWS_DROPPED)
+    if rows_dropped:
+        params["rows_dropped_by_reason"] = rows_dropped
     params["files"] = {s.name: s.counters["num_sequences"] for s in sorted(shards, key=lambda s: s.index)}
     params.update(extra)
     run = dict(params.get("run", {}))
