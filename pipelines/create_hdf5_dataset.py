@@ -48,8 +48,6 @@ from transforms.stages.tokenize import TokenizeDocuments
 
 __all__ = ["main", "build", "plan_job", "JobPlan", "UserError"]
 
-log = logging.getLogger("create_hdf5_dataset")
-
 
 class UserError(Exception):
     """A problem the user can fix; reported as one line, without a traceback."""

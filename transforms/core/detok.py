@@ -62,10 +62,6 @@ class DetokCounter:
             if self._fast(sample) != self._slow(sample):
                 self._table = None
 
-    @property
-    def is_fast(self) -> bool:
-        return self._table is not None
-
     def count(self, rows: list) -> tuple[int, int]:
         """rows: int arrays of token ids -> (chars, utf-8 bytes) of their decoded texts, summed."""
         return self._fast(rows) if self._table is not None else self._slow(rows)

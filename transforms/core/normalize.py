@@ -15,8 +15,6 @@ from transforms.core import fast_ftfy
 
 __all__ = ["NormalizeConfig", "normalize_batch", "normalize_text", "wikitext_detokenize"]
 
-FTFY_NORMALIZERS = ("NFC", "NFKC", None)
-
 
 @dataclasses.dataclass(frozen=True)
 class NormalizeConfig:
@@ -110,13 +108,16 @@ def normalize_batch(batch, config: NormalizeConfig):
     raw_chars = raw_bytes = norm_chars = norm_bytes = empty = 0
     docs = []
     for doc in batch.docs:
-        raw_chars += sum(len(v) for v in doc.values)
-        raw_bytes += sum(_utf8_len(v) for v in doc.values)
-        if not config.is_identity:
-            doc = Document(doc.index, tuple(normalize_text(v, config) for v in doc.values), doc.member)
         chars = sum(len(v) for v in doc.values)
+        nbytes = sum(_utf8_len(v) for v in doc.values)
+        raw_chars += chars
+        raw_bytes += nbytes
+        if not config.is_identity:  # otherwise the normalized text is the raw text: count it once
+            doc = Document(doc.index, tuple(normalize_text(v, config) for v in doc.values), doc.member)
+            chars = sum(len(v) for v in doc.values)
+            nbytes = sum(_utf8_len(v) for v in doc.values)
         norm_chars += chars
-        norm_bytes += sum(_utf8_len(v) for v in doc.values)
+        norm_bytes += nbytes
         # Empty documents are kept (LMData: a bare EOS, as in the reference), but counted.
         empty += chars == 0
         docs.append(doc)

@@ -211,7 +211,6 @@ def pack_batch(batch, config: PackConfig, seed: int, compact_dtype: Optional[np.
     batch.stats.add("docs_used", result.docs_used, source)
     for reason, n in result.dropped.items():
         batch.stats.add(f"dropped.{reason}", n, source)
-    batch.stats.add("rows", len(result), source)
     if compact_dtype is not None:
         return CompactBlock(batch.group, len(result), rows=result.compact(compact_dtype), stats=batch.stats)
     return RowBlock(batch.group, result.rows, batch.stats)

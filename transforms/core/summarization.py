@@ -76,6 +76,5 @@ def summarization_batch(batch, cfg: SummarizationConfig):
     batch.stats.add("docs_used", len(rows), source)
     for reason, n in dropped.items():
         batch.stats.add(f"dropped.{reason}", n, source)
-    batch.stats.add("rows", len(rows), source)
     out = np.stack(rows) if rows else np.zeros((0, 3, cfg.max_seq_length), dtype=np.int32)
     return RowBlock(batch.group, out, batch.stats)

@@ -35,7 +35,7 @@ import fsspec
 
 __all__ = ["is_local", "join", "commit_local_file", "write_text_atomic", "TMP_DIR", "local_scratch_dir",
            "listdir_names", "remove_tree", "remove_file", "makedirs", "unique_temp_name", "PARTIAL_SUFFIX",
-           "exists"]
+           "exists", "local_size"]
 
 log = logging.getLogger(__name__)
 

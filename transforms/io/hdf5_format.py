@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import h5py
 import numpy as np
 
-__all__ = ["write_shard", "write_shard_batches", "read_shard", "iter_shard", "shard_n_examples", "DATASET", "GZIP_LEVEL"]
+__all__ = ["write_shard", "write_shard_batches", "iter_shard", "shard_n_examples", "DATASET", "GZIP_LEVEL"]
 
 DATASET = "data"
 GZIP_LEVEL = 4  # h5py's default, what the reference writes
@@ -98,8 +98,3 @@ def shard_n_examples(path_or_file) -> int:
         if n != f[DATASET].shape[0]:
             raise ValueError(f"{path_or_file}: n_examples {n} != rows {f[DATASET].shape[0]}")
         return n
-
-
-def read_shard(path_or_file) -> np.ndarray:
-    with h5py.File(path_or_file, "r") as f:
-        return f[DATASET][()]

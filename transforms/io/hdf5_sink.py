@@ -136,7 +136,6 @@ class _WriteShardFn(beam.DoFn):
         self._format = row_format
         self._tokenizer_files = tokenizer_files
         self._keep_existing = keep_existing
-        self._tokenizer = None
         self._written = beam.metrics.Metrics.counter("write", "sequences")
 
     def setup(self):

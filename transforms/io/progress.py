@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Optional
-
 __all__ = ["advance", "close"]
 
 _lock = threading.Lock()
@@ -27,10 +25,9 @@ def advance(nbytes: int, total: int) -> None:
         _bar.update(nbytes)
 
 
-def close() -> Optional[float]:
+def close() -> None:
     global _bar
     with _lock:
         if _bar is not None:
             _bar.close()
             _bar = None
-    return None
