@@ -2,10 +2,11 @@
 
 `Tokenizer.decode_batch` costs about a quarter of a whole LMData run. For the
 common byte-level BPE decoder the decoded text of a row is just the
-concatenated bytes of its tokens, UTF-8-decoded with replacement: gather the
-bytes with numpy, decode each row once. Any other decoder (or post-decode
-clean-up) falls back to `decode_batch`, and the fast path checks itself
-against it on a sample when it is built.
+concatenated bytes of its tokens, UTF-8-decoded with replacement: sizes
+summed over a per-id table, with only the rare runs of tokens that split a
+character decoded (`DetokCounter._fast` says why that is exact). Any other decoder (or post-decode clean-up) falls back to
+`decode_batch`, and the fast path checks itself against it on a sample when
+one is given.
 """
 
 from __future__ import annotations
@@ -18,8 +19,27 @@ import numpy as np
 __all__ = ["DetokCounter"]
 
 
-def _byte_level_table(tok) -> Optional[tuple[np.ndarray, np.ndarray]]:
-    """(flat uint8 bytes, offsets) of every id, or None if the decoder is not plain ByteLevel."""
+class _ByteTable:
+    """Per-id facts of a plain ByteLevel decoder: each id's bytes, and their sizes when valid UTF-8."""
+
+    def __init__(self, pieces: list[bytes]):
+        self.pieces = pieces
+        self.whole = np.array([_is_utf8(p) for p in pieces], dtype=bool)
+        # Sizes of the pieces that are valid UTF-8 on their own, 0 for the others.
+        self.nbytes = np.array([len(p) for p in pieces], dtype=np.int64) * self.whole
+        self.nchars = np.array([len(p.decode("utf-8", errors="replace")) for p in pieces], dtype=np.int64) * self.whole
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _byte_level_table(tok) -> Optional[_ByteTable]:
+    """The per-id table, or None if the decoder is not plain ByteLevel."""
     spec = json.loads(tok.backend.to_str())
     decoder = spec.get("decoder") or {}
     if decoder.get("type") != "ByteLevel" or getattr(tok, "_clean_up_spaces", False):
@@ -45,10 +65,7 @@ def _byte_level_table(tok) -> Optional[tuple[np.ndarray, np.ndarray]]:
             pieces[i] = bytes(unbyte[ch] for ch in token)
         else:
             return None
-    lengths = np.array([len(p) for p in pieces], dtype=np.int64)
-    offsets = np.zeros(size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return np.frombuffer(b"".join(pieces), dtype=np.uint8), offsets
+    return _ByteTable(pieces)
 
 
 class DetokCounter:
@@ -71,20 +88,30 @@ class DetokCounter:
         return sum(len(t) for t in texts), sum(len(t.encode("utf-8", errors="surrogatepass")) for t in texts)
 
     def _fast(self, rows: list) -> tuple[int, int]:
-        # One gather for all rows, then one decode per row on a slice of the same buffer.
-        data, offsets = self._table
+        # A piece that is valid UTF-8 on its own starts with a character start,
+        # so it decodes to itself whatever precedes it, and ends any unfinished
+        # sequence before it as the end of the text would. So a row's decoded
+        # size is the table sizes of its whole pieces plus, decoded for real,
+        # each run of other pieces (split characters, stray bytes), cut at row
+        # ends. Such runs are rare and short.
+        table = self._table
+        rows = [np.asarray(r) for r in rows]
         if not rows:
             return 0, 0
-        ids = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows])
-        lengths = offsets[ids + 1] - offsets[ids]
-        ends = np.cumsum(lengths)
-        starts = np.repeat(offsets[ids] - (ends - lengths), lengths)
-        buffer = data[starts + np.arange(int(ends[-1]) if len(ends) else 0)].tobytes()
-        row_ends = np.cumsum([len(r) for r in rows])
-        cuts = [0] + [int(ends[i - 1]) if i else 0 for i in row_ends.tolist()]
-        chars = nbytes = 0
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            text = buffer[a:b].decode("utf-8", errors="replace")
-            chars += len(text)
-            nbytes += len(text.encode("utf-8"))
+        ids = np.concatenate(rows)
+        chars = int(table.nchars[ids].sum())
+        nbytes = int(table.nbytes[ids].sum())
+        split = np.flatnonzero(~table.whole[ids])
+        if len(split):
+            row_starts = np.cumsum([0] + [len(r) for r in rows])
+            row_of = np.searchsorted(row_starts, split, side="right")
+            new_run = np.ones(len(split), dtype=bool)
+            new_run[1:] = (np.diff(split) != 1) | (np.diff(row_of) != 0)
+            bounds = np.append(np.flatnonzero(new_run), len(split)).tolist()
+            split_ids = ids[split].tolist()
+            pieces = table.pieces
+            for lo, hi in zip(bounds[:-1], bounds[1:]):
+                text = b"".join([pieces[t] for t in split_ids[lo:hi]]).decode("utf-8", errors="replace")
+                chars += len(text)
+                nbytes += len(text.encode("utf-8"))
         return chars, nbytes

@@ -1,0 +1,73 @@
+"""Tests for transforms.core.detok: the table path counts exactly what decoding counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from transforms.core.detok import DetokCounter
+from transforms.core.tokenizer import GPT2, NEOX, build_tokenizer
+from transforms.io.tokenizer_files import read_tokenizer_files
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLED = ROOT / "data" / "tokenizers" / "gpt2"
+NEOX_JSON = ROOT.parent / "shared" / "tokenizers" / "gpt-neox-20b" / "20B_tokenizer.json"
+
+
+@pytest.fixture(scope="module")
+def gpt2_counter() -> DetokCounter:
+    tok = build_tokenizer(read_tokenizer_files(GPT2, encoder_file=str(BUNDLED / "encoder.json"),
+                                               vocab_file=str(BUNDLED / "vocab.bpe")))
+    counter = DetokCounter(tok)
+    assert counter._table is not None, "GPT-2's ByteLevel decoder must take the table path"
+    return counter
+
+
+def _split_ids(counter: DetokCounter) -> np.ndarray:
+    return np.flatnonzero(~counter._table.whole)
+
+
+def test_real_text_with_split_characters(gpt2_counter):
+    # Emoji and CJK come out of byte-level BPE as several tokens that are not UTF-8 on their own.
+    tok = gpt2_counter._tok
+    texts = ["naïve café 🙂🙂 日本語のテキスト", "plain ascii", "", "Ω≈ç√∫ — “quotes” 𝄞"]
+    ids = [tok.encode(t) for t in texts]
+    assert any(not gpt2_counter._table.whole[r].all() for r in ids if len(r))
+    assert gpt2_counter._fast(ids) == gpt2_counter._slow(ids) == (
+        sum(len(t) for t in texts), sum(len(t.encode("utf-8")) for t in texts))
+
+
+def test_rows_cut_inside_a_character(gpt2_counter):
+    # A row that ends (or starts) in the middle of a character decodes with U+FFFD.
+    ids = gpt2_counter._tok.encode("🙂🙂🙂 日本").tolist()
+    rows = [np.asarray(ids[:k], np.int32) for k in range(len(ids) + 1)]
+    rows += [np.asarray(ids[k:], np.int32) for k in range(len(ids) + 1)]
+    assert gpt2_counter._fast(rows) == gpt2_counter._slow(rows)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_random_rows_match_the_decoder(gpt2_counter, data):
+    split = _split_ids(gpt2_counter)
+    size = len(gpt2_counter._table.pieces)
+    # Mostly tokens that split characters, so runs, row ends and neighbours all occur.
+    token = st.one_of(st.sampled_from(split.tolist()), st.integers(0, size - 1))
+    rows = data.draw(st.lists(st.lists(token, max_size=40), max_size=8))
+    arrays = [np.asarray(r, dtype=np.int32) for r in rows]
+    assert gpt2_counter._fast(arrays) == gpt2_counter._slow(arrays)
+
+
+@pytest.mark.skipif(not NEOX_JSON.is_file(), reason=f"{NEOX_JSON} not found (../shared is absent)")
+def test_neox_table_matches_decoder():
+    tok = build_tokenizer(read_tokenizer_files(NEOX, encoder_file=str(NEOX_JSON)))
+    counter = DetokCounter(tok)
+    assert counter._table is not None
+    rng = np.random.default_rng(0)
+    split = _split_ids(counter)
+    rows = [np.where(rng.random(300) < 0.3, rng.choice(split, 300), rng.integers(0, len(counter._table.pieces), 300))
+            for _ in range(50)]
+    assert counter._fast(rows) == counter._slow(rows)
