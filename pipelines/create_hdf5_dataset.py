@@ -32,7 +32,7 @@ from transforms.core.pack import PackConfig
 from transforms.core.records import InputFile
 from transforms.core.summarization import SummarizationConfig
 from transforms.core.timing import timed
-from transforms.core.tokenizer import TokenizerFiles, build_tokenizer
+from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.io import fs
 from transforms.io.discover import discover_input_files
 from transforms.io.hdf5_sink import RowFormat, WriteHdf5Shards
@@ -200,7 +200,7 @@ def plan_job(config: Config) -> JobPlan:
             config.tokenizer_type, vocab_file=config.vocab_file, encoder_file=config.encoder_file,
             huggingface_tokenizer=config.huggingface_tokenizer, eos_id=config.eos_id, pad_id=config.pad_id,
             sep_token=config.sep_token if config.mode == SUMMARIZATION else None)
-        tokenizer = build_tokenizer(tok_files)
+        tokenizer = shared_tokenizer(tok_files)
     except (FileNotFoundError, ValueError, OSError) as e:
         raise UserError(f"tokenizer: {e}") from None
     _check_dtypes(config, tokenizer.vocab_size)

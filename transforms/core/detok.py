@@ -12,6 +12,8 @@ one is given.
 from __future__ import annotations
 
 import json
+import threading
+import weakref
 from typing import Optional
 
 import numpy as np
@@ -24,18 +26,18 @@ class _ByteTable:
 
     def __init__(self, pieces: list[bytes]):
         self.pieces = pieces
-        self.whole = np.array([_is_utf8(p) for p in pieces], dtype=bool)
+        texts = [_utf8_or_none(p) for p in pieces]
+        self.whole = np.array([t is not None for t in texts], dtype=bool)
         # Sizes of the pieces that are valid UTF-8 on their own, 0 for the others.
         self.nbytes = np.array([len(p) for p in pieces], dtype=np.int64) * self.whole
-        self.nchars = np.array([len(p.decode("utf-8", errors="replace")) for p in pieces], dtype=np.int64) * self.whole
+        self.nchars = np.array([len(t) if t is not None else 0 for t in texts], dtype=np.int64)
 
 
-def _is_utf8(data: bytes) -> bool:
+def _utf8_or_none(data: bytes) -> Optional[str]:
     try:
-        data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
-        return False
-    return True
+        return None
 
 
 def _byte_level_table(tok) -> Optional[_ByteTable]:
@@ -44,7 +46,8 @@ def _byte_level_table(tok) -> Optional[_ByteTable]:
     decoder = spec.get("decoder") or {}
     if decoder.get("type") != "ByteLevel" or getattr(tok, "_clean_up_spaces", False):
         return None
-    # GPT-2's printable stand-ins for bytes, inverted.
+    # GPT-2's printable stand-ins for bytes, inverted: each stand-in maps to
+    # the latin-1 character of its byte, so a token is one translate + encode.
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs, n = bs[:], 0
     for b in range(256):
@@ -52,7 +55,7 @@ def _byte_level_table(tok) -> Optional[_ByteTable]:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    unbyte = {chr(c): b for b, c in zip(bs, cs)}
+    unbyte = {c: b for b, c in zip(bs, cs)}
     size = tok.backend.get_vocab_size(with_added_tokens=True)
     pieces: list[bytes] = [b""] * size
     added = {t["id"]: t["content"] for t in spec.get("added_tokens", [])}
@@ -61,11 +64,24 @@ def _byte_level_table(tok) -> Optional[_ByteTable]:
             return None
         if i in added:
             pieces[i] = added[i].encode("utf-8")
-        elif all(ch in unbyte for ch in token):
-            pieces[i] = bytes(unbyte[ch] for ch in token)
-        else:
-            return None
+            continue
+        try:
+            pieces[i] = token.translate(unbyte).encode("latin-1")
+        except UnicodeEncodeError:
+            return None  # a character that is no byte's stand-in
     return _ByteTable(pieces)
+
+
+_TABLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_TABLES_LOCK = threading.Lock()
+
+
+def _table_of(tok) -> Optional[_ByteTable]:
+    # Built once per tokenizer object: each writer's setup() would otherwise rebuild it.
+    with _TABLES_LOCK:
+        if tok not in _TABLES:
+            _TABLES[tok] = _byte_level_table(tok)
+        return _TABLES[tok]
 
 
 class DetokCounter:
@@ -73,7 +89,7 @@ class DetokCounter:
 
     def __init__(self, tok, sample: Optional[list] = None):
         self._tok = tok
-        self._table = _byte_level_table(tok)
+        self._table = _table_of(tok)
         if self._table is not None and sample:
             # Never trust the shortcut blindly: it must agree with the real decoder.
             if self._fast(sample) != self._slow(sample):

@@ -13,6 +13,8 @@ import dataclasses
 import hashlib
 import json
 import re
+import threading
+from collections import OrderedDict
 from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
@@ -27,6 +29,7 @@ __all__ = [
     "TokenizerFiles",
     "Tokenizer",
     "build_tokenizer",
+    "shared_tokenizer",
     "split_text",
     "tokenize_documents",
     "encode_bounded",
@@ -278,6 +281,28 @@ def build_tokenizer(files: TokenizerFiles) -> Tokenizer:
     if files.kind == HF:
         return _build_hf(files)
     raise ValueError(f"--tokenizer_type must be one of {', '.join(KINDS)}, got {files.kind!r}")
+
+
+_SHARED: "OrderedDict[TokenizerFiles, Tokenizer]" = OrderedDict()
+_SHARED_LOCK = threading.Lock()
+_SHARED_MAX = 4
+
+
+def shared_tokenizer(files: TokenizerFiles) -> Tokenizer:
+    """`build_tokenizer(files)`, built once per process and shared; treat it as read-only.
+
+    The launcher and every DoFn of a job build the same tokenizer; on a local
+    runner they share a process, and each build costs a few tenths of a second.
+    """
+    with _SHARED_LOCK:
+        tok = _SHARED.get(files)
+        if tok is None:
+            tok = _SHARED[files] = build_tokenizer(files)
+            while len(_SHARED) > _SHARED_MAX:
+                _SHARED.popitem(last=False)
+        else:
+            _SHARED.move_to_end(files)
+        return tok
 
 
 def _build_gpt2(files: TokenizerFiles) -> Tokenizer:

@@ -28,7 +28,7 @@ from transforms.core.detok import DetokCounter
 from transforms.core.records import CompactBlock
 from transforms.core.sharding import Layout, range_histogram, row_keys, shard_name
 from transforms.core.stats import real_lengths, row_stats
-from transforms.core.tokenizer import TokenizerFiles, build_tokenizer
+from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.io import fs
 from transforms.io.hdf5_format import WRITE_BATCH_ROWS, iter_shard, shard_n_examples, write_shard_batches
 from transforms.io.spill import load_spilled
@@ -139,7 +139,7 @@ class _WriteShardFn(beam.DoFn):
         self._written = beam.metrics.Metrics.counter("write", "sequences")
 
     def setup(self):
-        self._detok = DetokCounter(build_tokenizer(self._tokenizer_files))
+        self._detok = DetokCounter(shared_tokenizer(self._tokenizer_files))
 
     def process(self, element, layout: Layout):
         index, pieces = element

@@ -5,7 +5,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from transforms.core.fim import FimConfig, fim_block
-from transforms.core.tokenizer import TokenizerFiles, build_tokenizer
+from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.core.timing import timed
 
 __all__ = ["ApplyFim"]
@@ -19,7 +19,7 @@ class _FimFn(beam.DoFn):
         self._tokenizer = None
 
     def setup(self):
-        tok = build_tokenizer(self._files)
+        tok = shared_tokenizer(self._files)
         # Segments are re-encoded without BOS: the config puts BOS before each segment itself.
         self._tokenizer = tok.without_bos() if tok.adds_bos else tok
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from transforms.core.records import DocBatch, TokenBatch
-from transforms.core.tokenizer import TokenizerFiles, build_tokenizer, tokenize_documents
+from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer, tokenize_documents
 from transforms.core.timing import timed
 
 __all__ = ["TokenizeDocuments", "TOKENIZE_BATCH_CHARS"]
@@ -38,7 +38,7 @@ class _TokenizeFn(beam.DoFn):
         self._tokens = beam.metrics.Metrics.counter("tokenize", "tokens")
 
     def setup(self):
-        tok = build_tokenizer(self._files)
+        tok = shared_tokenizer(self._files)
         self._tokenizer = tok.without_bos() if self._drop_bos and tok.adds_bos else tok
 
     def _encode(self, texts: list[str]) -> list:
