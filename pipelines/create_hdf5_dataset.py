@@ -25,17 +25,16 @@ import fsspec
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines.config import FIM, LMDATA, SUMMARIZATION, Config, ConfigError, load_config
-from transforms.core.compact import compact_block, token_dtype
+from transforms.core.compact import token_dtype
 from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
 from transforms.core.records import InputFile
 from transforms.core.summarization import SummarizationConfig
-from transforms.core.timing import timed
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.io import fs
 from transforms.io.discover import discover_input_files
-from transforms.io.hdf5_sink import RowFormat, WriteHdf5Shards
+from transforms.io.hdf5_sink import EncodeRows, RowFormat, WriteHdf5Shards
 from transforms.io.intermediate import STORED, SkipStoredGroups, StoreGroups
 from transforms.io.manifest import DEAD_LETTER_DIR, PARAMS_FILE, MergeStats, WriteDatasetParams, WriteDeadLetters
 from transforms.io.read_corpus import DEAD_LETTERS, DOCS, ReadCorpus
@@ -287,19 +286,17 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
             plan.tokenizer_files, split_len=plan.split_len, remove_bos_in_chunks=plan.remove_bos_in_chunks,
             append_eos=plan.mode != SUMMARIZATION, drop_bos=plan.mode == FIM)
     )
-    compact = dict(inverted_mask=plan.row_format.inverted_mask, trailing_eos_input=plan.row_format.trailing_eos_input,
-                   pad_id=plan.pad_id, dtype=token_dtype(plan.vocab_size))
     if plan.mode == LMDATA:
-        # Packed straight into compact rows: full [n, 3, msl] rows are only built by the writer.
-        blocks = tokens | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed, compact_dtype=compact["dtype"])
+        # Packed straight into compact rows: full [n, 3, msl] rows are only built, a batch at a time, to encode them.
+        rows = tokens | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed,
+                                                          compact_dtype=token_dtype(plan.vocab_size))
+    elif plan.mode == SUMMARIZATION:
+        rows = tokens | "BuildSummarizationRows" >> BuildSummarizationRows(plan.summarization)
     else:
-        if plan.mode == SUMMARIZATION:
-            rows = tokens | "BuildSummarizationRows" >> BuildSummarizationRows(plan.summarization)
-        else:
-            rows = (tokens
-                    | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
-                    | "ApplyFim" >> ApplyFim(plan.fim, tokenizer_files=plan.tokenizer_files, seed=plan.seed))
-        blocks = rows | "CompactRows" >> beam.Map(timed("compact", compact_block), **compact)
+        rows = (tokens
+                | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
+                | "ApplyFim" >> ApplyFim(plan.fim, tokenizer_files=plan.tokenizer_files, seed=plan.seed))
+    blocks = rows | "EncodeRows" >> EncodeRows(plan.row_format, plan.tokenizer_files)
     if plan.storage_dir:
         blocks = blocks | "StoreGroups" >> StoreGroups(plan.storage_dir)
     if stored is not None:
@@ -308,8 +305,8 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
     dead_letters = read[DEAD_LETTERS] | "DeadLetters" >> WriteDeadLetters(plan.output_dir)
     shards = blocks | "WriteHdf5Shards" >> WriteHdf5Shards(
         output_dir=plan.output_dir, output_name=plan.output_name, files_per_record=plan.files_per_record,
-        num_output_files=plan.num_output_files, shuffle_seed=plan.shuffle_seed, row_format=plan.row_format,
-        tokenizer_files=plan.tokenizer_files, keep_existing=plan.resume)
+        num_output_files=plan.num_output_files, shuffle_seed=plan.shuffle_seed,
+        max_seq_length=plan.row_format.max_seq_length, keep_existing=plan.resume)
     return shards | "WriteDatasetParams" >> WriteDatasetParams(
         output_dir=plan.output_dir, sections=plan.sections, eos_id=plan.eos_id, pad_id=plan.pad_id,
         vocab_size=plan.vocab_size, stats=stats, dead_letters=dead_letters, extra=plan.extra)

@@ -212,5 +212,5 @@ def pack_batch(batch, config: PackConfig, seed: int, compact_dtype: Optional[np.
     for reason, n in result.dropped.items():
         batch.stats.add(f"dropped.{reason}", n, source)
     if compact_dtype is not None:
-        return CompactBlock(batch.group, len(result), rows=result.compact(compact_dtype), stats=batch.stats)
+        return CompactBlock(batch.group, result.compact(compact_dtype), batch.stats)
     return RowBlock(batch.group, result.rows, batch.stats)

@@ -136,10 +136,22 @@ class RowBlock:
 
 @dataclasses.dataclass
 class CompactBlock:
-    """A packing group's rows on their way to the sink: inline compact rows, or a reference to stored ones."""
+    """Packed rows of one packing group in compact form (LMData): `rows` is a CompactRows."""
+
+    group: GroupId
+    rows: object  # transforms.core.compact.CompactRows
+    stats: Stats = dataclasses.field(default_factory=Stats)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+@dataclasses.dataclass
+class EncodedBlock:
+    """A packing group's rows on their way to the sink: inline encoded rows, or a reference to stored ones."""
 
     group: GroupId
     n_rows: int
-    rows: Optional[object] = None  # transforms.core.compact.CompactRows, when inline
+    rows: Optional[object] = None  # transforms.core.compact.EncodedRows, when inline
     stored: Optional[object] = None  # a reference the sink can load rows from (see transforms.io.spill)
     stats: Stats = dataclasses.field(default_factory=Stats)

@@ -14,12 +14,14 @@ from typing import Iterable, Mapping, Optional
 
 import numpy as np
 
-__all__ = ["Stats", "merge", "row_stats", "post_process_section", "h5_stats_section", "input_section",
+__all__ = ["Stats", "merge", "ROWS_DROPPED", "H5_ROWS", "row_stats", "post_process_section", "h5_stats_section", "input_section",
            "check_accounting"]
 
 
 # Counters of rows (not documents) that were built and then dropped, by reason.
 ROWS_DROPPED = "rows_dropped."
+# Counters of the rows written (row_stats, detokenized sizes), counted as each row is encoded for its file.
+H5_ROWS = "h5."
 
 
 @dataclasses.dataclass
@@ -91,7 +93,7 @@ def post_process_section(stats: Stats, written: Mapping[str, int], *, eos_id: in
                          vocab_size: int) -> dict:
     """The reference's post-process keys (SPEC §1e) with COMPAT.md's exact meanings.
 
-    `written` holds counters recounted from the committed files.
+    `written` holds the counters of the rows in the committed files.
     """
     n_examples = int(written.get("num_sequences", 0))
     processed = stats["docs_good"]

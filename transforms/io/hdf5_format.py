@@ -12,17 +12,22 @@ from __future__ import annotations
 import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterable, Optional
 
 import h5py
 import numpy as np
 
-__all__ = ["write_shard", "write_shard_batches", "iter_shard", "shard_n_examples", "DATASET", "GZIP_LEVEL"]
+from transforms.core.compact import EncodedRows
+
+__all__ = ["write_shard", "write_chunks", "encode_batches", "compress_chunk", "iter_shard", "shard_n_examples",
+           "DATASET", "GZIP_LEVEL", "WRITE_BATCH_ROWS"]
 
 DATASET = "data"
 GZIP_LEVEL = 4  # h5py's default, what the reference writes
 
 
-WRITE_BATCH_ROWS = 1024  # rows per HDF5 write call: bounds memory, and fixes the write pattern
+WRITE_BATCH_ROWS = 1024  # rows expanded and compressed at a time: bounds memory
+_ROWS_PER_TASK = 64  # rows per thread-pool task: amortizes the task overhead
 
 
 def write_shard(path: str, rows: np.ndarray) -> None:
@@ -31,25 +36,55 @@ def write_shard(path: str, rows: np.ndarray) -> None:
     if rows.ndim != 3 or rows.shape[1] != 3:
         raise ValueError(f"rows must be [n, 3, msl], got {rows.shape}")
     n, _, msl = rows.shape
-    write_shard_batches(path, n, msl, (rows[i:i + WRITE_BATCH_ROWS] for i in range(0, n, WRITE_BATCH_ROWS)))
+    encoded = encode_batches(rows[i:i + WRITE_BATCH_ROWS] for i in range(0, n, WRITE_BATCH_ROWS))
+    write_chunks(path, n, msl, (encoded.chunk(i) for i in range(n)))
 
 
-def _deflate(row: np.ndarray) -> bytes:
-    # What HDF5's gzip filter stores for a chunk: zlib (deflate) at the level, default window.
+def compress_chunk(row: np.ndarray) -> bytes:
+    """What HDF5's gzip filter stores for one chunk (one [3, msl] row): zlib at GZIP_LEVEL, default window."""
     return zlib.compress(np.ascontiguousarray(row, dtype="<i4").tobytes(), GZIP_LEVEL)
 
 
-def write_shard_batches(path: str, n: int, msl: int, batches, *, threads: int = 0) -> None:
-    """Write n rows arriving as consecutive [k, 3, msl] batches, so only one batch is in memory.
+def _compress_rows(rows: np.ndarray) -> list[bytes]:
+    return [compress_chunk(row) for row in rows]
 
-    Chunks (one row each) are compressed on a thread pool (zlib releases the
-    GIL) and written in order with `write_direct_chunk`: the chunk bytes are
-    exactly what h5py's gzip filter would store, and a fixed write order
-    gives a fixed file.
+
+def encode_batches(batches: Iterable[np.ndarray], *, on_batch: Optional[Callable[[np.ndarray], None]] = None,
+                   threads: int = 0) -> EncodedRows:
+    """Consecutive [k, 3, msl] batches of rows -> EncodedRows, one compressed chunk per row, in order.
+
+    Each batch is compressed on a thread pool (zlib releases the GIL) while
+    `on_batch` looks at it (statistics) and the caller builds the next one.
     """
     threads = threads or (os.cpu_count() or 1)
-    with h5py.File(path, "w", libver=("earliest", "v110"), track_order=False) as f, \
-            ThreadPoolExecutor(threads) as pool:
+    chunks: list[bytes] = []
+    with ThreadPoolExecutor(threads, thread_name_prefix="compress") as pool:
+        pending: list = []
+        for batch in batches:
+            batch = np.asarray(batch)
+            if batch.dtype != np.int32:
+                if batch.size and (batch.min() < np.iinfo(np.int32).min or batch.max() > np.iinfo(np.int32).max):
+                    raise ValueError("row values do not fit int32")
+                batch = batch.astype(np.int32)
+            submitted = [pool.submit(_compress_rows, batch[i:i + _ROWS_PER_TASK])
+                         for i in range(0, len(batch), _ROWS_PER_TASK)]
+            if on_batch is not None:
+                on_batch(batch)
+            for future in pending:
+                chunks.extend(future.result())
+            pending = submitted
+        for future in pending:
+            chunks.extend(future.result())
+    return EncodedRows.from_chunks(chunks)
+
+
+def write_chunks(path: str, n: int, msl: int, chunks: Iterable) -> None:
+    """Write n rows given as their compressed chunks (bytes-like, from `compress_chunk`), in order.
+
+    `write_direct_chunk` stores exactly what h5py's gzip filter would have
+    produced for the row; a fixed write order gives a fixed file.
+    """
+    with h5py.File(path, "w", libver=("earliest", "v110"), track_order=False) as f:
         data = f.create_dataset(
             DATASET,
             shape=(n, 3, msl),
@@ -60,23 +95,11 @@ def write_shard_batches(path: str, n: int, msl: int, batches, *, threads: int = 
             track_times=False,
         )
         pos = 0
-
-        def flush(futures) -> int:
-            for i, future in enumerate(futures):
-                data.id.write_direct_chunk((pos + i, 0, 0), future.result())
-            return len(futures)
-
-        # Batch k is compressed on the pool while the caller prepares batch k+1;
-        # chunks are still written strictly in order.
-        pending: list = []
-        for batch in batches:
-            batch = np.asarray(batch)
-            if batch.size and (batch.min() < np.iinfo(np.int32).min or batch.max() > np.iinfo(np.int32).max):
-                raise ValueError(f"{path}: values do not fit int32")
-            submitted = [pool.submit(_deflate, row) for row in batch]
-            pos += flush(pending)
-            pending = submitted
-        pos += flush(pending)
+        for chunk in chunks:
+            if pos >= n:
+                raise ValueError(f"{path}: more than the {n} rows announced")
+            data.id.write_direct_chunk((pos, 0, 0), chunk)
+            pos += 1
         if pos != n:
             raise ValueError(f"{path}: wrote {pos} rows, expected {n}")
         f.attrs["n_examples"] = np.int64(n)

@@ -1,15 +1,19 @@
-"""WriteHdf5Shards: packed groups -> committed `.h5` shards of exact sizes.
+"""The HDF5 sink: EncodeRows before the shuffle, WriteHdf5Shards after it.
 
-    blocks ──(group, rows, key-range histogram)──► Layout (side input)
+    rows ─EncodeRows─► EncodedBlock (one compressed chunk per row, + row statistics)
+       │
+       ├─(group, rows, key-range histogram)──► Layout (side input)
        │
        └─► (file index, Piece) ─GroupByKey─► order by global position ─► write temp ─► rename ─► ShardResult
 
-One GroupByKey, keyed by output file (sharding.Layout explains how a row's
-file is known before any sorting). Only compact rows (real tokens + loss
-run), or references to rows stored on local disk, cross it; the writer
-rebuilds mask and labels. A retried bundle writes the same rows to a fresh
-temporary name and renames it over the same final name: same bytes, never a
-duplicate or a truncated file.
+Rows are compressed where they are made, in parallel with everything else,
+so only their final chunks (smaller than their tokens) cross the shuffle and
+a writer just places bytes: at scale a file's writer is one worker, and it
+must not be the one doing the compression. One GroupByKey, keyed by output
+file (sharding.Layout explains how a row's file is known before any
+sorting). A retried bundle writes the same chunks to a fresh temporary name
+and renames it over the same final name: same bytes, never a duplicate or a
+truncated file.
 """
 
 from __future__ import annotations
@@ -17,29 +21,28 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections import Counter
 from typing import Optional
 
 import apache_beam as beam
 import numpy as np
 
-from transforms.core.compact import CompactRows, concat_compact, expand_rows
+from transforms.core.compact import CompactRows, EncodedRows, expand_rows
 from transforms.core.detok import DetokCounter
-from transforms.core.records import CompactBlock
+from transforms.core.records import CompactBlock, EncodedBlock, RowBlock
 from transforms.core.sharding import Layout, range_histogram, row_keys, shard_name
-from transforms.core.stats import real_lengths, row_stats
+from transforms.core.stats import H5_ROWS, real_lengths, row_stats
+from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.io import fs
-from transforms.io.hdf5_format import WRITE_BATCH_ROWS, iter_shard, shard_n_examples, write_shard_batches
+from transforms.io.hdf5_format import WRITE_BATCH_ROWS, encode_batches, shard_n_examples, write_chunks
 from transforms.io.spill import load_spilled
-from transforms.core.timing import TIME_PREFIX
 
-__all__ = ["WriteHdf5Shards", "ShardResult", "RowFormat"]
+__all__ = ["EncodeRows", "WriteHdf5Shards", "ShardResult", "RowFormat"]
 
 
 @dataclasses.dataclass(frozen=True)
 class RowFormat:
-    """What the writer needs to rebuild full rows from compact ones."""
+    """What EncodeRows needs to build full rows from compact ones, and to count them."""
 
     max_seq_length: int
     pad_id: int
@@ -51,7 +54,8 @@ class RowFormat:
 class ShardResult:
     index: int
     name: str
-    counters: dict  # recounted from the committed file
+    num_sequences: int  # n_examples, as the committed file says it
+    seconds: dict  # stage -> seconds spent on this file
 
 
 @dataclasses.dataclass
@@ -59,11 +63,67 @@ class _Piece:
     group_name: str
     group_sort_key: tuple
     rows: np.ndarray  # indices within the group
-    inline: Optional[CompactRows]  # aligned with `rows`
+    inline: Optional[EncodedRows]  # aligned with `rows`
     stored: Optional[object]  # or a spill reference holding the whole group
 
 
-def _meta(block: CompactBlock, shuffle_seed: Optional[int]):
+class _EncodeFn(beam.DoFn):
+    def __init__(self, row_format: RowFormat, tokenizer_files: TokenizerFiles):
+        self._format = row_format
+        self._tokenizer_files = tokenizer_files
+
+    def setup(self):
+        self._detok = DetokCounter(shared_tokenizer(self._tokenizer_files))
+
+    def process(self, block):
+        started = time.perf_counter()
+        fmt = self._format
+        stats = block.stats
+
+        def count(rows: np.ndarray) -> None:
+            # Counted on exactly the rows that are compressed, so on exactly what the files hold.
+            counters = row_stats(rows, fmt.inverted_mask, fmt.trailing_eos_input)
+            lengths = real_lengths(rows, fmt.inverted_mask, fmt.trailing_eos_input)
+            counters["detokenized_chars"], counters["detokenized_bytes"] = self._detok.count(
+                [rows[i, 0, :n] for i, n in enumerate(lengths.tolist())])
+            for key, value in counters.items():
+                stats.totals[H5_ROWS + key] += int(value)
+
+        encoded = encode_batches(self._batches(block), on_batch=count)
+        stats.totals[TIME_PREFIX + "encode"] += int((time.perf_counter() - started) * 1000)
+        yield EncodedBlock(block.group, len(encoded), rows=encoded, stats=stats)
+
+    def _batches(self, block):
+        fmt = self._format
+        if isinstance(block, CompactBlock):
+            rows: CompactRows = block.rows
+            for i in range(0, len(rows), WRITE_BATCH_ROWS):
+                part = rows.take(np.arange(i, min(i + WRITE_BATCH_ROWS, len(rows))))
+                yield expand_rows(part, msl=fmt.max_seq_length, pad_id=fmt.pad_id, inverted_mask=fmt.inverted_mask)
+        elif isinstance(block, RowBlock):
+            for i in range(0, len(block.rows), WRITE_BATCH_ROWS):
+                yield block.rows[i:i + WRITE_BATCH_ROWS]
+        else:
+            raise TypeError(f"EncodeRows takes CompactBlock or RowBlock, got {type(block).__name__}")
+
+
+class EncodeRows(beam.PTransform):
+    """PCollection[CompactBlock | RowBlock] -> PCollection[EncodedBlock], before the shuffle.
+
+    Each row becomes the compressed chunk the sink will store, and the rows'
+    statistics (h5_dataset_stats, post-process token counts) are added to the
+    block's stats under `H5_ROWS`.
+    """
+
+    def __init__(self, row_format: RowFormat, tokenizer_files: TokenizerFiles):
+        super().__init__()
+        self._fn = _EncodeFn(row_format, tokenizer_files)
+
+    def expand(self, blocks):
+        return blocks | "Encode" >> beam.ParDo(self._fn)
+
+
+def _meta(block: EncodedBlock, shuffle_seed: Optional[int]):
     hist = None
     if shuffle_seed is not None:
         hist = range_histogram(row_keys(shuffle_seed, block.group.name, np.arange(block.n_rows)))
@@ -75,7 +135,7 @@ def _make_layout(metas: list, shuffle_seed, files_per_record: int, num_output_fi
                          num_output_files=num_output_files)
 
 
-def _route(block: CompactBlock, layout: Layout):
+def _route(block: EncodedBlock, layout: Layout):
     for f, rows in layout.route(block.group.name, block.n_rows):
         inline = block.rows.take(rows) if block.rows is not None else None
         yield f, _Piece(block.group.name, block.group.sort_key, rows, inline, block.stored)
@@ -116,30 +176,25 @@ class _FileRows:
     def __len__(self) -> int:
         return len(self._source)
 
-    def batch(self, lo: int, hi: int) -> CompactRows:
-        """Rows lo..hi (positions within the file) as CompactRows, in order."""
+    def batch(self, lo: int, hi: int) -> EncodedRows:
+        """Rows lo..hi (positions within the file), in order."""
         source, local = self._source[lo:hi], self._local[lo:hi]
         parts, where = [], []
         for s in np.unique(source).tolist():
             k = np.flatnonzero(source == s)
             parts.append(self._sources[s].take(local[k]))
             where.append(k)
-        merged = concat_compact(parts)
+        merged = EncodedRows.concat(parts)
         return merged.take(np.argsort(np.concatenate(where))) if parts else merged
 
 
 class _WriteShardFn(beam.DoFn):
-    def __init__(self, output_dir: str, output_name: str, row_format: RowFormat, tokenizer_files: TokenizerFiles,
-                 keep_existing: bool):
+    def __init__(self, output_dir: str, output_name: str, max_seq_length: int, keep_existing: bool):
         self._output_dir = output_dir
         self._output_name = output_name
-        self._format = row_format
-        self._tokenizer_files = tokenizer_files
+        self._msl = max_seq_length
         self._keep_existing = keep_existing
         self._written = beam.metrics.Metrics.counter("write", "sequences")
-
-    def setup(self):
-        self._detok = DetokCounter(shared_tokenizer(self._tokenizer_files))
 
     def process(self, element, layout: Layout):
         index, pieces = element
@@ -147,56 +202,38 @@ class _WriteShardFn(beam.DoFn):
         final = fs.join(self._output_dir, name)
         if self._keep_existing and fs.exists(final):
             # Committed by an earlier attempt of this same job (checked at start-up): keep it.
-            counters = Counter()
-            for _, data in iter_shard(final, WRITE_BATCH_ROWS):
-                counters.update(self._count(data))
-            counters["num_sequences"] = shard_n_examples(final)
-            yield ShardResult(index, name, dict(counters))
+            yield ShardResult(index, name, shard_n_examples(final), {})
             return
         started = time.perf_counter()
         rows = _FileRows(list(pieces), layout, index)
-        fmt = self._format
-        counters: Counter = Counter()
-        counters[TIME_PREFIX + "shuffle"] = int((time.perf_counter() - started) * 1000)
+        seconds = {"shuffle": time.perf_counter() - started}
         started = time.perf_counter()
 
-        def batches():
+        def chunks():
             for i in range(0, len(rows), WRITE_BATCH_ROWS):
-                batch = expand_rows(rows.batch(i, min(i + WRITE_BATCH_ROWS, len(rows))),
-                                    msl=fmt.max_seq_length, pad_id=fmt.pad_id, inverted_mask=fmt.inverted_mask)
-                counters.update(self._count(batch))  # counted on exactly the rows written
-                yield batch
+                batch = rows.batch(i, min(i + WRITE_BATCH_ROWS, len(rows)))
+                for k in range(len(batch)):
+                    yield batch.chunk(k)
 
         tmp = os.path.join(fs.local_scratch_dir(self._output_dir), fs.unique_temp_name(name))
-        write_shard_batches(tmp, len(rows), fmt.max_seq_length, batches())
-        counters["num_sequences"] = shard_n_examples(tmp)  # n_examples as the file says it
+        write_chunks(tmp, len(rows), self._msl, chunks())
+        n = shard_n_examples(tmp)  # n_examples as the file says it
         fs.commit_local_file(tmp, final)
-        counters[TIME_PREFIX + "write"] = int((time.perf_counter() - started) * 1000)
-        self._written.inc(counters["num_sequences"])
-        yield ShardResult(index, name, dict(counters))
-
-    def _count(self, data: np.ndarray) -> Counter:
-        fmt = self._format
-        counters = row_stats(data, fmt.inverted_mask, fmt.trailing_eos_input)
-        del counters["num_sequences"]
-        lengths = real_lengths(data, fmt.inverted_mask, fmt.trailing_eos_input)
-        chars, nbytes = self._detok.count([data[i, 0, :n] for i, n in enumerate(lengths)])
-        counters["detokenized_chars"] = chars
-        counters["detokenized_bytes"] = nbytes
-        return counters
+        seconds["write"] = time.perf_counter() - started
+        self._written.inc(n)
+        yield ShardResult(index, name, n, seconds)
 
 
 class WriteHdf5Shards(beam.PTransform):
-    """PCollection[CompactBlock] -> PCollection[ShardResult], one per committed file."""
+    """PCollection[EncodedBlock] -> PCollection[ShardResult], one per committed file."""
 
     def __init__(self, *, output_dir: str, output_name: str, files_per_record: int, num_output_files=None,
-                 shuffle_seed: Optional[int] = None, row_format: RowFormat, tokenizer_files: TokenizerFiles,
-                 keep_existing: bool = False):
+                 shuffle_seed: Optional[int] = None, max_seq_length: int, keep_existing: bool = False):
         super().__init__()
         self._files_per_record = files_per_record
         self._num_output_files = num_output_files
         self._shuffle_seed = shuffle_seed
-        self._fn = _WriteShardFn(output_dir, output_name, row_format, tokenizer_files, keep_existing)
+        self._fn = _WriteShardFn(output_dir, output_name, max_seq_length, keep_existing)
 
     def expand(self, blocks):
         layout = (

@@ -7,7 +7,7 @@ import time
 import apache_beam as beam
 from apache_beam import pvalue
 
-from transforms.core.records import CompactBlock, DocBatch
+from transforms.core.records import DocBatch, EncodedBlock
 from transforms.core.timing import TIME_PREFIX
 from transforms.io.spill import find_spilled, spill_group
 
@@ -20,15 +20,15 @@ class _StoreFn(beam.DoFn):
     def __init__(self, directory: str):
         self._directory = directory
 
-    def process(self, block: CompactBlock):
+    def process(self, block: EncodedBlock):
         started = time.perf_counter()
         ref = spill_group(self._directory, block.group, block.rows, block.stats)
         block.stats.totals[TIME_PREFIX + "shuffle"] += int((time.perf_counter() - started) * 1000)
-        yield CompactBlock(block.group, block.n_rows, stored=ref, stats=block.stats)
+        yield EncodedBlock(block.group, block.n_rows, stored=ref, stats=block.stats)
 
 
 class StoreGroups(beam.PTransform):
-    """PCollection[CompactBlock] inline -> PCollection[CompactBlock] referring to local files."""
+    """PCollection[EncodedBlock] inline -> PCollection[EncodedBlock] referring to local files."""
 
     def __init__(self, directory: str):
         super().__init__()
@@ -52,11 +52,11 @@ class _SkipFn(beam.DoFn):
         self._skipped.inc()
         stats.totals["groups_resumed"] += 1
         # The stored statistics already include what reading this group counted.
-        yield pvalue.TaggedOutput(STORED, CompactBlock(batch.group, n_rows, stored=ref, stats=stats))
+        yield pvalue.TaggedOutput(STORED, EncodedBlock(batch.group, n_rows, stored=ref, stats=stats))
 
 
 class SkipStoredGroups(beam.PTransform):
-    """PCollection[DocBatch] -> {main: DocBatch still to process, STORED: CompactBlock of stored groups}."""
+    """PCollection[DocBatch] -> {main: DocBatch still to process, STORED: EncodedBlock of stored groups}."""
 
     def __init__(self, directory: str):
         super().__init__()

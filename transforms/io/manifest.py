@@ -14,12 +14,12 @@ from collections import Counter
 import apache_beam as beam
 
 from transforms.core.records import BadRecord
-from transforms.core.stats import (ROWS_DROPPED, Stats, check_accounting, h5_stats_section, input_section, merge,
-                                   post_process_section)
+from transforms.core.stats import (H5_ROWS, ROWS_DROPPED, Stats, check_accounting, h5_stats_section, input_section,
+                                   merge, post_process_section)
 from transforms.core.timing import TIME_PREFIX
 from transforms.io import fs
 
-STAGES = ("read", "normalize", "tokenize", "pack", "fim", "compact", "shuffle", "write")
+STAGES = ("read", "normalize", "tokenize", "pack", "fim", "encode", "shuffle", "write")
 
 __all__ = ["WriteDeadLetters", "WriteDatasetParams", "MergeStats", "PARAMS_FILE", "DEAD_LETTER_DIR",
            "dead_letter_file_name"]
@@ -95,9 +95,10 @@ class WriteDeadLetters(beam.PTransform):
 
 def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad_id: int, vocab_size: int,
                  extra: dict) -> dict:
-    written = Counter()
-    for shard in shards:
-        written.update(shard.counters)
+    written = Counter(stats.with_prefix(H5_ROWS))
+    in_files = sum(s.num_sequences for s in shards)
+    if written["num_sequences"] != in_files:
+        raise RuntimeError(f"{in_files} rows in the committed files, but {written['num_sequences']} were encoded")
     params = {k: dict(v) for k, v in sections.items()}
     params["post-process"] = post_process_section(stats, written, eos_id=eos_id, pad_id=pad_id,
                                                   vocab_size=vocab_size)
@@ -106,14 +107,15 @@ def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad
     rows_dropped = stats.with_prefix(ROWS_DROPPED)
     if rows_dropped:
         params["rows_dropped_by_reason"] = rows_dropped
-    params["files"] = {s.name: s.counters["num_sequences"] for s in sorted(shards, key=lambda s: s.index)}
+    params["files"] = {s.name: s.num_sequences for s in sorted(shards, key=lambda s: s.index)}
     params.update(extra)
     run = dict(params.get("run", {}))
     if stats["groups_resumed"]:
         run["groups_resumed"] = stats["groups_resumed"]
     # Summed over workers, so on several workers they exceed the wall time.
     timers = Counter(stats.with_prefix(TIME_PREFIX))
-    timers.update({k[len(TIME_PREFIX):]: v for k, v in written.items() if k.startswith(TIME_PREFIX)})
+    for shard in shards:
+        timers.update({stage: int(seconds * 1000) for stage, seconds in shard.seconds.items()})
     run["stage_seconds"] = {k: round(timers[k] / 1000, 2) for k in STAGES if k in timers}
     params["run"] = run
     problems = check_accounting(params["input"])

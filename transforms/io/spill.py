@@ -6,8 +6,8 @@ writing its arrays under temporary names, renaming them, and writing its
 `.json` marker last: a marker means the group is complete, which is also what
 lets an interrupted run resume without packing that group again.
 
-    <dir>/<key>.tokens.npy   flat token ids (memory-mapped by the writers)
-    <dir>/<key>.index.npz    offsets, loss runs
+    <dir>/<key>.chunks.npy   the rows' compressed chunks, back to back (memory-mapped by the writers)
+    <dir>/<key>.offsets.npy  where each row's chunk starts
     <dir>/<key>.json         group identity, row count, statistics (written last)
 """
 
@@ -22,7 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from transforms.core.compact import CompactRows
+from transforms.core.compact import EncodedRows
 from transforms.core.records import GroupId
 from transforms.core.stats import Stats
 from transforms.io.fs import unique_temp_name
@@ -51,21 +51,19 @@ def _atomic(path: str, write) -> None:
     os.replace(tmp, path)
 
 
-def spill_group(directory: str, group: GroupId, rows: CompactRows, stats: Stats) -> SpillRef:
+def spill_group(directory: str, group: GroupId, rows: EncodedRows, stats: Stats) -> SpillRef:
     os.makedirs(directory, exist_ok=True)
     ref = SpillRef(directory, _key(group))
-    _atomic(ref.base + ".tokens.npy", lambda f: np.save(f, rows.tokens))
-    _atomic(ref.base + ".index.npz", lambda f: np.savez(f, offsets=rows.offsets, loss=rows.loss))
+    _atomic(ref.base + ".chunks.npy", lambda f: np.save(f, rows.data))
+    _atomic(ref.base + ".offsets.npy", lambda f: np.save(f, rows.offsets))
     meta = {"group": dataclasses.asdict(group), "rows": len(rows),
             "stats": {"totals": dict(stats.totals), "sources": {k: dict(v) for k, v in stats.sources.items()}}}
     _atomic(ref.base + ".json", lambda f: f.write(json.dumps(meta, sort_keys=True).encode("utf-8")))
     return ref
 
 
-def load_spilled(ref: SpillRef) -> CompactRows:
-    tokens = np.load(ref.base + ".tokens.npy", mmap_mode="r")
-    with np.load(ref.base + ".index.npz") as index:
-        return CompactRows(tokens, index["offsets"], index["loss"])
+def load_spilled(ref: SpillRef) -> EncodedRows:
+    return EncodedRows(np.load(ref.base + ".chunks.npy", mmap_mode="r"), np.load(ref.base + ".offsets.npy"))
 
 
 def find_spilled(directory: str, group: GroupId) -> Optional[tuple[SpillRef, int, Stats]]:

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import apache_beam as beam
+from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.core.records import DocBatch, TokenBatch
+from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer, tokenize_documents
-from transforms.core.timing import timed
 
-__all__ = ["TokenizeDocuments", "TOKENIZE_BATCH_CHARS"]
+__all__ = ["TokenizeDocuments", "TOKENIZE_BATCH_CHARS", "ENCODE_THREADS"]
 
 # Texts per encode_batch call are capped by size: large enough to keep every
 # core busy (encode_batch releases the GIL), small enough to bound memory.
 TOKENIZE_BATCH_CHARS = 1 << 20
+# Two calls in flight: while one turns its ids into arrays (holding the GIL),
+# the other keeps the cores busy in Rust.
+ENCODE_THREADS = 2
 
 
 def _batches(texts: list[str], limit: int):
@@ -26,7 +35,22 @@ def _batches(texts: list[str], limit: int):
         yield start, len(texts)
 
 
+@dataclasses.dataclass
+class _InFlight:
+    batch: DocBatch
+    parts: list  # per key, the futures of its slices in order
+    window: object
+    timestamp: object
+
+
 class _TokenizeFn(beam.DoFn):
+    """Encodes on a thread pool and hands a group on once the next one is queued.
+
+    So one group's encoding (in Rust, without the GIL) overlaps the Python
+    work around it: reading the next group before, packing the previous one
+    after. Results keep their input order; finish_bundle drains the rest.
+    """
+
     def __init__(self, files: TokenizerFiles, split_len, remove_bos_in_chunks: bool, append_eos: bool,
                  drop_bos: bool):
         self._files = files
@@ -35,33 +59,60 @@ class _TokenizeFn(beam.DoFn):
         self._remove_bos = remove_bos_in_chunks
         self._append_eos = append_eos
         self._tokenizer = None
+        self._pool = None
+        self._pending: collections.deque = collections.deque()
         self._tokens = beam.metrics.Metrics.counter("tokenize", "tokens")
 
     def setup(self):
         tok = shared_tokenizer(self._files)
         self._tokenizer = tok.without_bos() if self._drop_bos and tok.adds_bos else tok
+        self._pool = ThreadPoolExecutor(ENCODE_THREADS, thread_name_prefix="tokenize")
 
-    def _encode(self, texts: list[str]) -> list:
-        out = []
-        for lo, hi in _batches(texts, TOKENIZE_BATCH_CHARS):
-            if self._append_eos:
-                out.extend(tokenize_documents(self._tokenizer, texts[lo:hi], split_len=self._split_len,
-                                              remove_bos_in_chunks=self._remove_bos))
-            else:
-                out.extend(self._tokenizer.encode_batch(texts[lo:hi]))
-        return out
+    def teardown(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def process(self, batch: DocBatch):
-        yield timed("tokenize", self._tokenize)(batch)
+    def start_bundle(self):
+        self._pending = collections.deque()
 
-    def _tokenize(self, batch: DocBatch) -> TokenBatch:
+    def _encode(self, texts: list[str]) -> tuple[float, float, list]:
+        started = time.perf_counter()
+        if self._append_eos:
+            out = tokenize_documents(self._tokenizer, texts, split_len=self._split_len,
+                                     remove_bos_in_chunks=self._remove_bos)
+        else:
+            out = self._tokenizer.encode_batch(texts)
+        return started, time.perf_counter(), out
+
+    def process(self, batch: DocBatch, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
         n_keys = len(batch.docs[0].values) if batch.docs else 0
-        per_key = [self._encode([d.values[k] for d in batch.docs]) for k in range(n_keys)]
+        parts = []
+        for k in range(n_keys):
+            texts = [d.values[k] for d in batch.docs]
+            parts.append([self._pool.submit(self._encode, texts[lo:hi])
+                          for lo, hi in _batches(texts, TOKENIZE_BATCH_CHARS)])
+        self._pending.append(_InFlight(batch, parts, window, timestamp))
+        while len(self._pending) > 1:
+            yield self._finish(self._pending.popleft())
+
+    def finish_bundle(self):
+        while self._pending:
+            yield self._finish(self._pending.popleft())
+
+    def _finish(self, job: _InFlight) -> WindowedValue:
+        done = [[future.result() for future in futures] for futures in job.parts]
+        per_key = [[a for _, _, arrays in slices for a in arrays] for slices in done]
+        batch = job.batch
         tokens = list(zip(*per_key)) if per_key else []
         n_tokens = sum(len(a) for key in per_key for a in key)
         batch.stats.add("tokens", n_tokens, batch.group.source)
+        # From the first slice started to the last one done: the wall time this group kept the encoders busy.
+        spans = [(start, end) for slices in done for start, end, _ in slices]
+        if spans:
+            seconds = max(end for _, end in spans) - min(start for start, _ in spans)
+            batch.stats.totals[TIME_PREFIX + "tokenize"] += int(seconds * 1000)
         self._tokens.inc(n_tokens)
-        return TokenBatch(batch.group, tokens, batch.stats)
+        return WindowedValue(TokenBatch(batch.group, tokens, batch.stats), job.timestamp, [job.window])
 
 
 class TokenizeDocuments(beam.PTransform):
