@@ -3,10 +3,16 @@
 The limit is the raw `tokenizers` encode_batch throughput on the same texts,
 in this process, on all cores. Each configuration then runs the real command
 in a child process with the command's default runner options, timed from
-start to data_params.json, with the peak RSS of its whole process tree.
+the child's start (interpreter and imports included) to its exit, after
+data_params.json is written, with the peak RSS of its whole process tree.
+
+Shared machines are noisy, so `--repeat` rounds each measure the limit and
+then every configuration; the table shows medians, and each ratio is the
+median of the per-round ratios (a configuration against its own round's
+limit).
 
     python benchmarks/bench.py [--corpus PATH.jsonl.zst|.jsonl] [--limit-bytes N] [--msl 2048]
-                               [--configs ftfy_off,ftfy_on,shuffle] [--repeat 1]
+                               [--configs ftfy_off,ftfy_on,shuffle] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -70,13 +77,11 @@ def measure_limit(input_dir: Path) -> dict:
 
 
 MEASURE = r"""
-import resource, sys, time
+import resource, sys
 from pipelines.create_hdf5_dataset import main
-start = time.perf_counter()
 code = main(sys.argv[1:])
-seconds = time.perf_counter() - start
 peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-print(f"BENCH {code} {seconds:.3f} {peak}", file=sys.stderr)
+print(f"BENCH {code} {peak}", file=sys.stderr)
 sys.exit(code)
 """
 
@@ -86,11 +91,13 @@ def run_config(name: str, input_dir: Path, work: Path, msl: int) -> dict:
     args = ["LMData", "--input_dir", str(input_dir), "--output_dir", str(out), "--tokenizer_type", "GPT2Tokenizer",
             "--vocab_file", str(GPT2 / "vocab.bpe"), "--encoder_file", str(GPT2 / "encoder.json"),
             "--max_seq_length", str(msl), "--display_pbar", "False", *CONFIGS[name]]
+    start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", MEASURE, *args], cwd=ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
     line = [x for x in proc.stderr.splitlines() if x.startswith("BENCH ")]
     if proc.returncode != 0 or not line:
         raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
-    _, code, seconds, peak_kb = line[-1].split()
+    _, code, peak_kb = line[-1].split()
     params = json.loads((out / "data_params.json").read_text())
     shutil.rmtree(out)
     return {"seconds": float(seconds), "peak_rss_mb": int(peak_kb) / 1024, "params": params}
@@ -102,6 +109,7 @@ def main() -> int:
     parser.add_argument("--limit-bytes", type=int, default=0, help="use only the first N bytes of lines (0: all)")
     parser.add_argument("--msl", type=int, default=2048)
     parser.add_argument("--configs", default="ftfy_off,ftfy_on,shuffle")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of limit + configurations (medians shown)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
     if not args.corpus.exists():
@@ -110,22 +118,35 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench_"))
     try:
         input_dir = prepare(args.corpus, args.limit_bytes, work)
-        limit = measure_limit(input_dir)
+        names = args.configs.split(",")
+        limits, runs = [], {name: [] for name in names}
+        for _ in range(max(1, args.repeat)):
+            limits.append(measure_limit(input_dir))
+            for name in names:
+                runs[name].append(run_config(name, input_dir, work, args.msl))
+        limit = limits[-1]
         mb = limit["bytes"] / 1e6
-        rows = [("limit: encode_batch", limit["seconds"], limit["tokens"], None, {})]
-        for name in args.configs.split(","):
-            r = run_config(name, input_dir, work, args.msl)
-            stages = r["params"].get("run", {}).get("stage_seconds", {})
-            rows.append((name, r["seconds"], r["params"]["post-process"]["loss_valid_tokens"], r["peak_rss_mb"],
-                         stages))
-        print(f"\ncorpus {args.corpus.name}: {mb:.1f} MB of text, msl {args.msl}, {os.cpu_count()} cores\n")
-        print(f"{'run':<22}{'seconds':>9}{'MB/s':>8}{'Mtok/s':>8}{'of limit':>10}{'peak RSS MB':>13}  stages (s)")
-        for name, seconds, tokens, rss, stages in rows:
-            ratio = limit["seconds"] / seconds
+        limit_s = [x["seconds"] for x in limits]
+        print(f"\ncorpus {args.corpus.name}: {mb:.1f} MB of text, msl {args.msl}, {os.cpu_count()} cores, "
+              f"{len(limits)} rounds (medians; seconds min-max)\n")
+        print(f"{'run':<22}{'seconds':>9}{'min-max':>13}{'MB/s':>8}{'Mtok/s':>8}{'of limit':>10}{'peak RSS MB':>13}"
+              "  stages (s, last round)")
+
+        def line(name, seconds, tokens, ratio, rss, stages):
+            spread = f"{min(seconds):.1f}-{max(seconds):.1f}"
+            med = statistics.median(seconds)
             stage_text = " ".join(f"{k} {v:.1f}" for k, v in stages.items())
             rss_text = f"{rss:.0f}" if rss is not None else "-"
-            print(f"{name:<22}{seconds:>9.1f}{mb / seconds:>8.2f}{tokens / seconds / 1e6:>8.2f}{ratio:>10.0%}"
+            print(f"{name:<22}{med:>9.1f}{spread:>13}{mb / med:>8.2f}{tokens / med / 1e6:>8.2f}{ratio:>10.0%}"
                   f"{rss_text:>13}  {stage_text}")
+
+        line("limit: encode_batch", limit_s, limit["tokens"], 1.0, None, {})
+        for name in names:
+            seconds = [r["seconds"] for r in runs[name]]
+            ratio = statistics.median(lim / s for lim, s in zip(limit_s, seconds))
+            last = runs[name][-1]
+            line(name, seconds, last["params"]["post-process"]["loss_valid_tokens"], ratio,
+                 max(r["peak_rss_mb"] for r in runs[name]), last["params"].get("run", {}).get("stage_seconds", {}))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -38,7 +38,7 @@ from transforms.io.hdf5_sink import EncodeRows, RowFormat, WriteHdf5Shards
 from transforms.io.intermediate import STORED, SkipStoredGroups, StoreGroups
 from transforms.io.manifest import DEAD_LETTER_DIR, PARAMS_FILE, MergeStats, WriteDatasetParams, WriteDeadLetters
 from transforms.io.read_corpus import DEAD_LETTERS, DOCS, ReadCorpus
-from transforms.io.tokenizer_files import read_tokenizer_files
+from transforms.io.tokenizer_files import StagedTokenizerFiles, read_tokenizer_files, stage_tokenizer_files
 from transforms.stages.fim import ApplyFim
 from transforms.stages.normalize import NormalizeDocuments
 from transforms.stages.pack import PackSequences
@@ -63,7 +63,7 @@ class JobPlan:
     group_bytes: int
     max_record_bytes: int
     normalize: NormalizeConfig
-    tokenizer_files: TokenizerFiles
+    tokenizer_files: TokenizerFiles | StagedTokenizerFiles  # staged by launch(): what the DoFns carry
     split_len: Optional[int]
     remove_bos_in_chunks: bool
     pack: PackConfig
@@ -387,6 +387,9 @@ def launch(config: Config, beam_args: list[str]) -> Launched:
         **plan.extra, "run": {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                               "beam_version": beam.__version__, "beam_options": beam_args,
                               "shuffle_strategy": "disk" if storage else "runner"}})
+    # DoFns carry a reference to the tokenizer files, staged where every worker can read them.
+    staged = stage_tokenizer_files(plan.tokenizer_files, fs.join(config.output_dir, fs.TMP_DIR), write=not dry_run)
+    plan = dataclasses.replace(plan, tokenizer_files=staged)
     started = time.time()
     pipeline = beam.Pipeline(options=options)
     build(pipeline, plan)

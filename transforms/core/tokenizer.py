@@ -106,6 +106,10 @@ class TokenizerFiles:
     sep_token: Optional[str] = None  # Summarization; added to the vocabulary if missing
     name: str = ""  # for messages and provenance
 
+    def load(self) -> "TokenizerFiles":
+        """Itself: DoFns take these or a staged reference to them (transforms.io.tokenizer_files)."""
+        return self
+
 
 class Tokenizer:
     """The tokenizer the pipeline uses: a `tokenizers.Tokenizer` plus resolved ids.

@@ -33,9 +33,9 @@ import uuid
 
 import fsspec
 
-__all__ = ["is_local", "join", "commit_local_file", "write_text_atomic", "TMP_DIR", "local_scratch_dir",
-           "listdir_names", "remove_tree", "remove_file", "makedirs", "unique_temp_name", "PARTIAL_SUFFIX",
-           "exists", "local_size"]
+__all__ = ["is_local", "join", "commit_local_file", "write_text_atomic", "write_bytes_atomic", "read_bytes", "TMP_DIR",
+           "local_scratch_dir", "listdir_names", "remove_tree", "remove_file", "makedirs", "unique_temp_name",
+           "PARTIAL_SUFFIX", "exists", "local_size"]
 
 log = logging.getLogger(__name__)
 
@@ -126,17 +126,29 @@ def commit_local_file(local_tmp: str, final_path: str) -> None:
 
 
 def write_text_atomic(path: str, text: str) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
     if is_local(path):
         path = _local(path)
         tmp = os.path.join(os.path.dirname(path) or ".", unique_temp_name(os.path.basename(path)))
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
         return
     fd, tmp = tempfile.mkstemp(suffix=PARTIAL_SUFFIX)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
     commit_local_file(tmp, path)
+
+
+def read_bytes(path: str) -> bytes:
+    if is_local(path):
+        with open(_local(path), "rb") as f:
+            return f.read()
+    fs, p = _remote(path)
+    return fs.cat_file(p)
 
 
 def exists(path: str) -> bool:

@@ -73,7 +73,7 @@ class _EncodeFn(beam.DoFn):
         self._tokenizer_files = tokenizer_files
 
     def setup(self):
-        self._detok = DetokCounter(shared_tokenizer(self._tokenizer_files))
+        self._detok = DetokCounter(shared_tokenizer(self._tokenizer_files.load()))
 
     def process(self, block):
         started = time.perf_counter()

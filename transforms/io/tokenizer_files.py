@@ -1,19 +1,27 @@
 """Read the files a tokenizer needs (local, gs://, any fsspec URL, or the Hugging Face hub).
 
-The contents go into a picklable `TokenizerFiles`, so workers build the
-tokenizer in `DoFn.setup` without touching the file system again.
+The contents go into a picklable `TokenizerFiles`. A job stages them once
+(`stage_tokenizer_files`) and its DoFns carry only the small
+`StagedTokenizerFiles` reference: Beam pickles and bz2-compresses every DoFn
+into the job graph and unpickles it again for every stage on every worker,
+which for a vocabulary of a megabyte or two costs most of a second per job.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import pickle
+import threading
 from typing import Optional
 
 import fsspec
 
 from transforms.core.tokenizer import GPT2, HF, KINDS, NEOX, TokenizerFiles
+from transforms.io import fs
 
-__all__ = ["read_tokenizer_files", "HF_FILES"]
+__all__ = ["read_tokenizer_files", "stage_tokenizer_files", "StagedTokenizerFiles", "HF_FILES"]
 
 # File names of a Hugging Face tokenizer directory, in the order they are looked for.
 HF_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
@@ -142,3 +150,41 @@ def _download_hf(repo_id: str) -> dict[str, str]:
         with open(path, encoding="utf-8") as f:
             texts[fname] = f.read()
     return texts
+
+
+@dataclasses.dataclass(frozen=True)
+class StagedTokenizerFiles:
+    """Where a job staged its TokenizerFiles, and their digest; `load()` reads them once per process."""
+
+    path: str
+    sha256: str
+
+    def load(self) -> TokenizerFiles:
+        with _LOADED_LOCK:
+            files = _LOADED.get(self.sha256)
+            if files is None:
+                data = fs.read_bytes(self.path)
+                if hashlib.sha256(data).hexdigest() != self.sha256:
+                    raise RuntimeError(f"{self.path} is not the tokenizer this job staged (digest mismatch)")
+                files = _LOADED[self.sha256] = pickle.loads(data)
+            return files
+
+
+_LOADED: dict = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def stage_tokenizer_files(files: TokenizerFiles, directory: str, *, write: bool = True) -> StagedTokenizerFiles:
+    """Write `files` under `directory` (a job's temporary directory, readable by its workers).
+
+    `write=False` only names the reference (a dry run writes nothing). The
+    launching process keeps the files in memory, so a local runner never reads them back.
+    """
+    data = pickle.dumps(files, protocol=pickle.HIGHEST_PROTOCOL)
+    digest = hashlib.sha256(data).hexdigest()
+    staged = StagedTokenizerFiles(fs.join(directory, f"tokenizer-{digest[:16]}.pkl"), digest)
+    if write:
+        fs.write_bytes_atomic(staged.path, data)
+    with _LOADED_LOCK:
+        _LOADED[digest] = files
+    return staged

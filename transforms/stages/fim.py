@@ -19,7 +19,7 @@ class _FimFn(beam.DoFn):
         self._tokenizer = None
 
     def setup(self):
-        tok = shared_tokenizer(self._files)
+        tok = shared_tokenizer(self._files.load())
         # Segments are re-encoded without BOS: the config puts BOS before each segment itself.
         self._tokenizer = tok.without_bos() if tok.adds_bos else tok
 

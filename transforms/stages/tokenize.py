@@ -64,7 +64,7 @@ class _TokenizeFn(beam.DoFn):
         self._tokens = beam.metrics.Metrics.counter("tokenize", "tokens")
 
     def setup(self):
-        tok = shared_tokenizer(self._files)
+        tok = shared_tokenizer(self._files.load())
         self._tokenizer = tok.without_bos() if self._drop_bos and tok.adds_bos else tok
         self._pool = ThreadPoolExecutor(ENCODE_THREADS, thread_name_prefix="tokenize")
 
