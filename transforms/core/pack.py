@@ -164,8 +164,11 @@ def _pack_stream(stream: np.ndarray, base: int, cfg: PackConfig, rng: Optional[r
 _FATE_REASON = {1: DROP_MIN_LEN, 2: DROP_REMAINDER, 3: DROP_SHORT_SEQ, _UNASSIGNED: DROP_SINGLE_TOKEN}
 
 
-def pack_documents(docs: Sequence[np.ndarray], cfg: PackConfig, rng: Optional[random.Random] = None) -> PackResult:
+def pack_documents(docs: Sequence[np.ndarray], cfg: PackConfig, rng: Optional[random.Random] = None,
+                   flat: Optional[np.ndarray] = None) -> PackResult:
     """Rows of one packing group; `docs` are token arrays that already end in EOS.
+
+    `flat`, if given, is `docs` back to back (int32), used as the stream without a copy.
 
     `rng` feeds short_seq_prob; it must be seeded from the group's identity so
     the result does not depend on the runner. A document counts as used if at
@@ -175,7 +178,12 @@ def pack_documents(docs: Sequence[np.ndarray], cfg: PackConfig, rng: Optional[ra
     lengths = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
     if np.any(lengths == 0):
         raise ValueError("every document must hold at least its EOS token")
-    tokens = np.concatenate(docs).astype(np.int32, copy=False) if len(docs) else np.zeros(0, np.int32)
+    if flat is not None:
+        if flat.dtype != np.int32 or len(flat) != int(lengths.sum()):
+            raise ValueError("flat must be the documents' int32 tokens back to back")
+        tokens = flat
+    else:
+        tokens = np.concatenate(docs).astype(np.int32, copy=False) if len(docs) else np.zeros(0, np.int32)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     starts: list = []
     spans: list = []
@@ -206,7 +214,7 @@ def pack_batch(batch, config: PackConfig, seed: int, compact_dtype: Optional[np.
     # The generator is seeded by the group's identity, never shared: the draws
     # of one group cannot depend on which worker packed which other group.
     rng = random.Random(derive_seed(seed, "short_seq_prob", batch.group.name))
-    result = pack_documents([t[0] for t in batch.tokens], config, rng)
+    result = pack_documents([t[0] for t in batch.tokens], config, rng, flat=getattr(batch, "flat", None))
     source = batch.group.source
     batch.stats.add("docs_used", result.docs_used, source)
     for reason, n in result.dropped.items():

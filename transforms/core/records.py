@@ -115,11 +115,16 @@ class DocBatch:
 
 @dataclasses.dataclass
 class TokenBatch:
-    """Token arrays of one packing group: per document, one int32 array per key, EOS appended."""
+    """Token arrays of one packing group: per document, one int32 array per key, EOS appended.
+
+    `flat`, when set, holds the first key's arrays back to back, and those
+    arrays are views into it: the packer's token stream, without a copy.
+    """
 
     group: GroupId
     tokens: list  # list[tuple[np.ndarray, ...]]
     stats: Stats = dataclasses.field(default_factory=Stats)
+    flat: Optional[np.ndarray] = None
 
 
 @dataclasses.dataclass

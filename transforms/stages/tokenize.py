@@ -8,6 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.core.records import DocBatch, TokenBatch
@@ -101,10 +102,19 @@ class _TokenizeFn(beam.DoFn):
 
     def _finish(self, job: _InFlight) -> WindowedValue:
         done = [[future.result() for future in futures] for futures in job.parts]
-        per_key = [[a for _, _, arrays in slices for a in arrays] for slices in done]
         batch = job.batch
+        # Each key's arrays are copied once, back to back, and handed on as views:
+        # the packer then reads the first key's stream without another copy.
+        flats, per_key = [], []
+        for slices in done:
+            arrays = [a for _, _, out in slices for a in out]
+            flat = np.concatenate(arrays) if arrays else np.zeros(0, np.int32)
+            ends = np.cumsum([len(a) for a in arrays]).tolist()
+            per_key.append([flat[a:b] for a, b in zip([0] + ends[:-1], ends)])
+            flats.append(flat)
+            del arrays
         tokens = list(zip(*per_key)) if per_key else []
-        n_tokens = sum(len(a) for key in per_key for a in key)
+        n_tokens = sum(len(flat) for flat in flats)
         batch.stats.add("tokens", n_tokens, batch.group.source)
         # From the first slice started to the last one done: the wall time this group kept the encoders busy.
         spans = [(start, end) for slices in done for start, end, _ in slices]
@@ -112,7 +122,8 @@ class _TokenizeFn(beam.DoFn):
             seconds = max(end for _, end in spans) - min(start for start, _ in spans)
             batch.stats.totals[TIME_PREFIX + "tokenize"] += int(seconds * 1000)
         self._tokens.inc(n_tokens)
-        return WindowedValue(TokenBatch(batch.group, tokens, batch.stats), job.timestamp, [job.window])
+        out = TokenBatch(batch.group, tokens, batch.stats, flat=flats[0] if flats else None)
+        return WindowedValue(out, job.timestamp, [job.window])
 
 
 class TokenizeDocuments(beam.PTransform):
