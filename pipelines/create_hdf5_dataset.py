@@ -25,7 +25,6 @@ import fsspec
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines.config import FIM, LMDATA, SUMMARIZATION, Config, ConfigError, load_config
-from transforms.core.compact import token_dtype
 from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
@@ -287,9 +286,8 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
             append_eos=plan.mode != SUMMARIZATION, drop_bos=plan.mode == FIM)
     )
     if plan.mode == LMDATA:
-        # Packed straight into compact rows: full [n, 3, msl] rows are only built, a batch at a time, to encode them.
-        rows = tokens | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed,
-                                                          compact_dtype=token_dtype(plan.vocab_size))
+        # Windows over the token stream: full [n, 3, msl] rows are only built, a batch at a time, to encode them.
+        rows = tokens | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed, windows_only=True)
     elif plan.mode == SUMMARIZATION:
         rows = tokens | "BuildSummarizationRows" >> BuildSummarizationRows(plan.summarization)
     else:

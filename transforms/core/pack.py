@@ -64,22 +64,23 @@ class PackResult:
     @property
     def rows(self) -> np.ndarray:
         """int32 [n, 3, msl]: input_ids, attention mask, labels."""
+        return self.rows_between(0, len(self))
+
+    def rows_between(self, lo: int, hi: int) -> np.ndarray:
+        """Rows lo..hi as int32 [hi - lo, 3, msl], so a group's rows can be built a batch at a time."""
         cfg = self.config
-        windows = [self.tokens[s:s + n] for s, n in zip(self.starts.tolist(), self.lengths.tolist())]
-        if not windows:
-            return np.zeros((0, 3, cfg.max_seq_length), dtype=np.int32)
-        return rows_from_windows(windows, cfg.max_seq_length, cfg.pad_id, cfg.inverted_mask)
-
-    def compact(self, dtype: np.dtype):
-        """The rows as transforms.core.compact.CompactRows, without building them in full."""
-        from transforms.core.compact import CompactRows
-
-        offsets = np.zeros(len(self) + 1, dtype=np.int64)
-        np.cumsum(self.lengths, out=offsets[1:])
-        pieces = [self.tokens[s:s + n] for s, n in zip(self.starts.tolist(), self.lengths.tolist())]
-        tokens = np.concatenate(pieces).astype(dtype) if pieces else np.zeros(0, dtype)
-        loss = np.stack([np.zeros(len(self), np.int64), self.lengths - 1], axis=1).astype(np.int32)
-        return CompactRows(tokens, offsets, loss)
+        msl = cfg.max_seq_length
+        starts, lengths = self.starts[lo:hi], self.lengths[lo:hi]
+        rows = np.empty((len(starts), 3, msl), dtype=np.int32)
+        if not len(starts):
+            return rows
+        pos = np.arange(msl)
+        real = pos[None, :] < (lengths - 1)[:, None]  # input j and label j are w[j], w[j + 1]
+        index = np.minimum(starts[:, None] + pos[None, :], len(self.tokens) - 2)
+        rows[:, 0, :] = np.where(real, self.tokens[index], cfg.pad_id)
+        rows[:, 2, :] = np.where(real, self.tokens[index + 1], cfg.pad_id)
+        rows[:, 1, :] = real != cfg.inverted_mask
+        return rows
 
 
 def window_to_row(window: np.ndarray, msl: int, pad_id: int, inverted_mask: bool = False) -> np.ndarray:
@@ -206,9 +207,9 @@ def pack_documents(docs: Sequence[np.ndarray], cfg: PackConfig, rng: Optional[ra
                       config=cfg)
 
 
-def pack_batch(batch, config: PackConfig, seed: int, compact_dtype: Optional[np.dtype] = None):
-    """TokenBatch -> RowBlock (full rows), or CompactBlock when `compact_dtype` is given."""
-    from transforms.core.records import CompactBlock, RowBlock
+def pack_batch(batch, config: PackConfig, seed: int, windows_only: bool = False):
+    """TokenBatch -> RowBlock (full rows), or WindowBlock (rows left to be built) with `windows_only`."""
+    from transforms.core.records import RowBlock, WindowBlock
     from transforms.core.seeds import derive_seed
 
     # The generator is seeded by the group's identity, never shared: the draws
@@ -219,6 +220,6 @@ def pack_batch(batch, config: PackConfig, seed: int, compact_dtype: Optional[np.
     batch.stats.add("docs_used", result.docs_used, source)
     for reason, n in result.dropped.items():
         batch.stats.add(f"dropped.{reason}", n, source)
-    if compact_dtype is not None:
-        return CompactBlock(batch.group, result.compact(compact_dtype), batch.stats)
+    if windows_only:
+        return WindowBlock(batch.group, result, batch.stats)
     return RowBlock(batch.group, result.rows, batch.stats)

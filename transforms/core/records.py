@@ -140,15 +140,19 @@ class RowBlock:
 
 
 @dataclasses.dataclass
-class CompactBlock:
-    """Packed rows of one packing group in compact form (LMData): `rows` is a CompactRows."""
+class WindowBlock:
+    """Packed rows of one packing group, described but not built (LMData).
+
+    `windows` is a transforms.core.pack.PackResult: windows over the group's
+    token stream, whose `rows_between` builds the rows a batch at a time.
+    """
 
     group: GroupId
-    rows: object  # transforms.core.compact.CompactRows
+    windows: object
     stats: Stats = dataclasses.field(default_factory=Stats)
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.windows)
 
 
 @dataclasses.dataclass
@@ -157,6 +161,6 @@ class EncodedBlock:
 
     group: GroupId
     n_rows: int
-    rows: Optional[object] = None  # transforms.core.compact.EncodedRows, when inline
+    rows: Optional[object] = None  # transforms.core.encoded.EncodedRows, when inline
     stored: Optional[object] = None  # a reference the sink can load rows from (see transforms.io.spill)
     stats: Stats = dataclasses.field(default_factory=Stats)

@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Optional
 import h5py
 import numpy as np
 
-from transforms.core.compact import EncodedRows
+from transforms.core.encoded import EncodedRows
 
 __all__ = ["write_shard", "write_chunks", "encode_batches", "compress_chunk", "iter_shard", "shard_n_examples",
            "DATASET", "GZIP_LEVEL", "WRITE_BATCH_ROWS"]

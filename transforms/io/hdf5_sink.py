@@ -26,9 +26,9 @@ from typing import Optional
 import apache_beam as beam
 import numpy as np
 
-from transforms.core.compact import CompactRows, EncodedRows, expand_rows
+from transforms.core.encoded import EncodedRows
 from transforms.core.detok import DetokCounter
-from transforms.core.records import CompactBlock, EncodedBlock, RowBlock
+from transforms.core.records import EncodedBlock, RowBlock, WindowBlock
 from transforms.core.sharding import Layout, range_histogram, row_keys, shard_name
 from transforms.core.stats import H5_ROWS, real_lengths, row_stats
 from transforms.core.timing import TIME_PREFIX
@@ -42,7 +42,7 @@ __all__ = ["EncodeRows", "WriteHdf5Shards", "ShardResult", "RowFormat"]
 
 @dataclasses.dataclass(frozen=True)
 class RowFormat:
-    """What EncodeRows needs to build full rows from compact ones, and to count them."""
+    """What EncodeRows needs to count rows (which positions are real, which carry loss)."""
 
     max_seq_length: int
     pad_id: int
@@ -93,22 +93,20 @@ class _EncodeFn(beam.DoFn):
         stats.totals[TIME_PREFIX + "encode"] += int((time.perf_counter() - started) * 1000)
         yield EncodedBlock(block.group, len(encoded), rows=encoded, stats=stats)
 
-    def _batches(self, block):
-        fmt = self._format
-        if isinstance(block, CompactBlock):
-            rows: CompactRows = block.rows
-            for i in range(0, len(rows), WRITE_BATCH_ROWS):
-                part = rows.take(np.arange(i, min(i + WRITE_BATCH_ROWS, len(rows))))
-                yield expand_rows(part, msl=fmt.max_seq_length, pad_id=fmt.pad_id, inverted_mask=fmt.inverted_mask)
+    @staticmethod
+    def _batches(block):
+        if isinstance(block, WindowBlock):
+            for i in range(0, len(block), WRITE_BATCH_ROWS):
+                yield block.windows.rows_between(i, min(i + WRITE_BATCH_ROWS, len(block)))
         elif isinstance(block, RowBlock):
             for i in range(0, len(block.rows), WRITE_BATCH_ROWS):
                 yield block.rows[i:i + WRITE_BATCH_ROWS]
         else:
-            raise TypeError(f"EncodeRows takes CompactBlock or RowBlock, got {type(block).__name__}")
+            raise TypeError(f"EncodeRows takes WindowBlock or RowBlock, got {type(block).__name__}")
 
 
 class EncodeRows(beam.PTransform):
-    """PCollection[CompactBlock | RowBlock] -> PCollection[EncodedBlock], before the shuffle.
+    """PCollection[WindowBlock | RowBlock] -> PCollection[EncodedBlock], before the shuffle.
 
     Each row becomes the compressed chunk the sink will store, and the rows'
     statistics (h5_dataset_stats, post-process token counts) are added to the

@@ -22,7 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from transforms.core.compact import EncodedRows
+from transforms.core.encoded import EncodedRows
 from transforms.core.records import GroupId
 from transforms.core.stats import Stats
 from transforms.io.fs import unique_temp_name

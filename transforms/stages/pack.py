@@ -12,14 +12,14 @@ __all__ = ["PackSequences"]
 
 class PackSequences(beam.PTransform):
     """PCollection[TokenBatch] -> PCollection[RowBlock] of int32 [n, 3, msl] rows,
-    or of CompactBlock when `compact_dtype` is given (rows never built in full)."""
+    or of WindowBlock with `windows_only` (rows built later, a batch at a time)."""
 
-    def __init__(self, config: PackConfig, *, seed: int, compact_dtype=None):
+    def __init__(self, config: PackConfig, *, seed: int, windows_only: bool = False):
         super().__init__()
         self._config = config
         self._seed = seed
-        self._compact_dtype = compact_dtype
+        self._windows_only = windows_only
 
     def expand(self, batches):
         return batches | "Pack" >> beam.Map(timed("pack", pack_batch), self._config, self._seed,
-                                            self._compact_dtype)
+                                            self._windows_only)
