@@ -73,10 +73,13 @@ class _EncodeFn(beam.DoFn):
         self._tokenizer_files = tokenizer_files
 
     def setup(self):
-        self._detok = DetokCounter(shared_tokenizer(self._tokenizer_files.load()))
+        self._detok = None
 
     def process(self, block):
         started = time.perf_counter()
+        if self._detok is None:
+            # Built on first use, not in setup(): by then the tokenizer is busy with the next group.
+            self._detok = DetokCounter(shared_tokenizer(self._tokenizer_files.load()))
         fmt = self._format
         stats = block.stats
 
