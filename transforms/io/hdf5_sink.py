@@ -27,6 +27,7 @@ import apache_beam as beam
 import numpy as np
 
 from transforms.core.encoded import EncodedRows
+from transforms.core.memory import release_free_memory
 from transforms.core.detok import DetokCounter
 from transforms.core.records import EncodedBlock, RowBlock, WindowBlock
 from transforms.core.sharding import Layout, range_histogram, row_keys, shard_name
@@ -93,6 +94,7 @@ class _EncodeFn(beam.DoFn):
                 stats.totals[H5_ROWS + key] += int(value)
 
         encoded = encode_batches(self._batches(block), on_batch=count)
+        release_free_memory()  # the batches of full rows and the chunk list
         stats.totals[TIME_PREFIX + "encode"] += int((time.perf_counter() - started) * 1000)
         yield EncodedBlock(block.group, len(encoded), rows=encoded, stats=stats)
 

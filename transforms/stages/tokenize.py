@@ -11,7 +11,9 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.utils.windowed_value import WindowedValue
 
-from transforms.core.records import DocBatch, TokenBatch
+from transforms.core.memory import release_free_memory
+from transforms.core.records import DocBatch, GroupId, TokenBatch
+from transforms.core.stats import Stats
 from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer, tokenize_documents
 
@@ -38,7 +40,9 @@ def _batches(texts: list[str], limit: int):
 
 @dataclasses.dataclass
 class _InFlight:
-    batch: DocBatch
+    # Not the DocBatch: each slice of texts is freed as soon as it is encoded.
+    group: GroupId
+    stats: Stats
     parts: list  # per key, the futures of its slices in order
     window: object
     timestamp: object
@@ -92,7 +96,7 @@ class _TokenizeFn(beam.DoFn):
             texts = [d.values[k] for d in batch.docs]
             parts.append([self._pool.submit(self._encode, texts[lo:hi])
                           for lo, hi in _batches(texts, TOKENIZE_BATCH_CHARS)])
-        self._pending.append(_InFlight(batch, parts, window, timestamp))
+        self._pending.append(_InFlight(batch.group, batch.stats, parts, window, timestamp))
         while len(self._pending) > 1:
             yield self._finish(self._pending.popleft())
 
@@ -101,28 +105,36 @@ class _TokenizeFn(beam.DoFn):
             yield self._finish(self._pending.popleft())
 
     def _finish(self, job: _InFlight) -> WindowedValue:
-        done = [[future.result() for future in futures] for futures in job.parts]
-        batch = job.batch
-        # Each key's arrays are copied once, back to back, and handed on as views:
-        # the packer then reads the first key's stream without another copy.
-        flats, per_key = [], []
-        for slices in done:
-            arrays = [a for _, _, out in slices for a in out]
-            flat = np.concatenate(arrays) if arrays else np.zeros(0, np.int32)
-            ends = np.cumsum([len(a) for a in arrays]).tolist()
+        group, stats = job.group, job.stats
+        spans, flats, per_key = [], [], []
+        for futures in job.parts:
+            # Each key's arrays are copied once, back to back, and handed on as
+            # views: the packer then reads the first key's stream without another
+            # copy. A slice's own arrays are dropped as soon as they are copied.
+            slices = [future.result() for future in futures]
+            futures.clear()
+            lengths = [len(a) for _, _, out in slices for a in out]
+            flat = np.empty(sum(lengths), dtype=np.int32)
+            pos = 0
+            for i, (start, end, out) in enumerate(slices):
+                spans.append((start, end))
+                for a in out:
+                    flat[pos:pos + len(a)] = a
+                    pos += len(a)
+                slices[i] = None
+            ends = np.cumsum(lengths).tolist()
             per_key.append([flat[a:b] for a, b in zip([0] + ends[:-1], ends)])
             flats.append(flat)
-            del arrays
         tokens = list(zip(*per_key)) if per_key else []
         n_tokens = sum(len(flat) for flat in flats)
-        batch.stats.add("tokens", n_tokens, batch.group.source)
-        # From the first slice started to the last one done: the wall time this group kept the encoders busy.
-        spans = [(start, end) for slices in done for start, end, _ in slices]
+        stats.add("tokens", n_tokens, group.source)
         if spans:
+            # From the first slice started to the last one done: the wall time this group kept the encoders busy.
             seconds = max(end for _, end in spans) - min(start for start, _ in spans)
-            batch.stats.totals[TIME_PREFIX + "tokenize"] += int(seconds * 1000)
+            stats.totals[TIME_PREFIX + "tokenize"] += int(seconds * 1000)
         self._tokens.inc(n_tokens)
-        out = TokenBatch(batch.group, tokens, batch.stats, flat=flats[0] if flats else None)
+        release_free_memory()  # the group's texts and per-slice arrays are gone
+        out = TokenBatch(group, tokens, stats, flat=flats[0] if flats else None)
         return WindowedValue(out, job.timestamp, [job.window])
 
 
