@@ -78,6 +78,11 @@ class _TokenizeFn(beam.DoFn):
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     def start_bundle(self):
+        # Left over only if the previous bundle failed: its work is not wanted any more.
+        for job in self._pending:
+            for futures in job.parts:
+                for future in futures:
+                    future.cancel()
         self._pending = collections.deque()
 
     def _encode(self, texts: list[str]) -> tuple[float, float, list]:
