@@ -129,24 +129,25 @@ def main() -> int:
         limit_s = [x["seconds"] for x in limits]
         print(f"\ncorpus {args.corpus.name}: {mb:.1f} MB of text, msl {args.msl}, {os.cpu_count()} cores, "
               f"{len(limits)} rounds (medians; seconds min-max)\n")
-        print(f"{'run':<22}{'seconds':>9}{'min-max':>13}{'MB/s':>8}{'Mtok/s':>8}{'of limit':>10}{'peak RSS MB':>13}"
-              "  stages (s, last round)")
+        print(f"{'run':<22}{'seconds':>9}{'min-max':>13}{'MB/s':>8}{'Mtok/s':>8}{'of limit':>10}{'per round':>16}"
+              f"{'peak RSS MB':>13}  stages (s, last round)")
 
-        def line(name, seconds, tokens, ratio, rss, stages):
+        def line(name, seconds, tokens, ratios, rss, stages):
             spread = f"{min(seconds):.1f}-{max(seconds):.1f}"
             med = statistics.median(seconds)
+            per_round = " ".join(f"{r:.0%}" for r in ratios)
             stage_text = " ".join(f"{k} {v:.1f}" for k, v in stages.items())
             rss_text = f"{rss:.0f}" if rss is not None else "-"
-            print(f"{name:<22}{med:>9.1f}{spread:>13}{mb / med:>8.2f}{tokens / med / 1e6:>8.2f}{ratio:>10.0%}"
-                  f"{rss_text:>13}  {stage_text}")
+            print(f"{name:<22}{med:>9.1f}{spread:>13}{mb / med:>8.2f}{tokens / med / 1e6:>8.2f}"
+                  f"{statistics.median(ratios):>10.0%}{per_round:>16}{rss_text:>13}  {stage_text}")
 
-        line("limit: encode_batch", limit_s, limit["tokens"], 1.0, None, {})
+        line("limit: encode_batch", limit_s, limit["tokens"], [1.0] * len(limit_s), None, {})
         for name in names:
             seconds = [r["seconds"] for r in runs[name]]
-            ratio = statistics.median(lim / s for lim, s in zip(limit_s, seconds))
             last = runs[name][-1]
-            line(name, seconds, last["params"]["post-process"]["loss_valid_tokens"], ratio,
-                 max(r["peak_rss_mb"] for r in runs[name]), last["params"].get("run", {}).get("stage_seconds", {}))
+            line(name, seconds, last["params"]["post-process"]["loss_valid_tokens"],
+                 [lim / s for lim, s in zip(limit_s, seconds)], max(r["peak_rss_mb"] for r in runs[name]),
+                 last["params"].get("run", {}).get("stage_seconds", {}))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -26,9 +26,9 @@ from typing import Optional
 import apache_beam as beam
 import numpy as np
 
+from transforms.core.detok import DetokCounter
 from transforms.core.encoded import EncodedRows
 from transforms.core.memory import release_free_memory
-from transforms.core.detok import DetokCounter
 from transforms.core.records import EncodedBlock, RowBlock, WindowBlock
 from transforms.core.sharding import Layout, range_histogram, row_keys, shard_name
 from transforms.core.stats import H5_ROWS, real_lengths, row_stats
