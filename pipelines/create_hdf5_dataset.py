@@ -80,6 +80,7 @@ class JobPlan:
     extra: dict
     progress_total: Optional[int] = None  # input bytes, when a progress bar is drawn in this process
     shuffle_seed: Optional[int] = None  # None: output in input order
+    gzip_level: int = 4
     storage_dir: Optional[str] = None  # spill directory (disk strategy); None: the runner's GroupByKey
     resume: bool = False
 
@@ -251,6 +252,7 @@ def plan_job(config: Config) -> JobPlan:
         vocab_size=tokenizer.vocab_size,
         extra=extra,
         shuffle_seed=config.shuffle_seed if config.shuffle else None,
+        gzip_level=config.gzip_level,
         resume=config.resume_from_checkpoint,
     )
 
@@ -294,7 +296,7 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         rows = (tokens
                 | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
                 | "ApplyFim" >> ApplyFim(plan.fim, tokenizer_files=plan.tokenizer_files, seed=plan.seed))
-    blocks = rows | "EncodeRows" >> EncodeRows(plan.row_format, plan.tokenizer_files)
+    blocks = rows | "EncodeRows" >> EncodeRows(plan.row_format, plan.tokenizer_files, gzip_level=plan.gzip_level)
     if plan.storage_dir:
         blocks = blocks | "StoreGroups" >> StoreGroups(plan.storage_dir)
     if stored is not None:
@@ -304,7 +306,7 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
     shards = blocks | "WriteHdf5Shards" >> WriteHdf5Shards(
         output_dir=plan.output_dir, output_name=plan.output_name, files_per_record=plan.files_per_record,
         num_output_files=plan.num_output_files, shuffle_seed=plan.shuffle_seed,
-        max_seq_length=plan.row_format.max_seq_length, keep_existing=plan.resume)
+        max_seq_length=plan.row_format.max_seq_length, gzip_level=plan.gzip_level, keep_existing=plan.resume)
     return shards | "WriteDatasetParams" >> WriteDatasetParams(
         output_dir=plan.output_dir, sections=plan.sections, eos_id=plan.eos_id, pad_id=plan.pad_id,
         vocab_size=plan.vocab_size, stats=stats, dead_letters=dead_letters, extra=plan.extra)

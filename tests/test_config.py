@@ -211,6 +211,14 @@ def test_short_seq_prob_out_of_range():
     assert_config_error(lm("--short_seq_prob", "-0.1"), "short_seq_prob")
 
 
+def test_gzip_level_out_of_range():
+    assert_config_error(lm("--gzip_level", "10"), "gzip_level")
+    assert_config_error(lm("--gzip_level", "-1"), "gzip_level")
+    config, _ = load_config(lm("--gzip_level", "1"))
+    assert config.gzip_level == 1
+    assert load_config(lm())[0].gzip_level == 4
+
+
 def test_num_output_files_with_files_per_record(tmp_path):
     assert_config_error(lm("--num_output_files", "4", "--files_per_record", "10"),
                         "num_output_files", "files_per_record")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
+import h5py
 import numpy as np
 
 from tests.helpers import MULTI_PROCESSING, assert_stats_recount, REFERENCE, ROOT, RUNNER, SHARED, h5_files, read_rows, require_shared, run_job
@@ -116,3 +118,17 @@ def test_output_is_byte_identical_across_runner_settings(tmp_path):
     other_seed = run_job(_fim_args(tmp_path / "fim_seed1", seed="1"))
     assert _digests(tmp_path / "fim_seed1") != fim["in_memory"][0]
     assert other_seed["post-process"]["n_examples"] == fim["in_memory"][1]["post-process"]["n_examples"]
+
+
+def test_gzip_level_changes_only_the_compression(tmp_path):
+    src = ROOT / "data" / "sample"
+    default = run_job(_args(src, tmp_path / "four", "--files_per_record", "50"))
+    fast = run_job(_args(src, tmp_path / "one", "--files_per_record", "50", "--gzip_level", "1"))
+    np.testing.assert_array_equal(read_rows(tmp_path / "one"), read_rows(tmp_path / "four"))
+    assert fast["h5_dataset_stats"] == default["h5_dataset_stats"]
+    for out, level in (("four", 4), ("one", 1)):
+        for path in h5_files(tmp_path / out):
+            with h5py.File(path, "r") as f:
+                assert (f["data"].compression, f["data"].compression_opts) == ("gzip", level)
+    size = {out: sum(os.path.getsize(p) for p in h5_files(tmp_path / out)) for out in ("four", "one")}
+    assert size["one"] > size["four"]

@@ -23,34 +23,34 @@ __all__ = ["write_shard", "write_chunks", "encode_batches", "compress_chunk", "i
            "DATASET", "GZIP_LEVEL", "WRITE_BATCH_ROWS"]
 
 DATASET = "data"
-GZIP_LEVEL = 4  # h5py's default, what the reference writes
+GZIP_LEVEL = 4  # h5py's default, what the reference writes (the default of --gzip_level)
 
 
 WRITE_BATCH_ROWS = 1024  # rows expanded and compressed at a time: bounds memory
 _ROWS_PER_TASK = 64  # rows per thread-pool task: amortizes the task overhead
 
 
-def write_shard(path: str, rows: np.ndarray) -> None:
+def write_shard(path: str, rows: np.ndarray, *, level: int = GZIP_LEVEL) -> None:
     """Write rows ([n, 3, msl], values that fit int32) to a local path."""
     rows = np.asarray(rows)
     if rows.ndim != 3 or rows.shape[1] != 3:
         raise ValueError(f"rows must be [n, 3, msl], got {rows.shape}")
     n, _, msl = rows.shape
-    encoded = encode_batches(rows[i:i + WRITE_BATCH_ROWS] for i in range(0, n, WRITE_BATCH_ROWS))
-    write_chunks(path, n, msl, (encoded.chunk(i) for i in range(n)))
+    encoded = encode_batches((rows[i:i + WRITE_BATCH_ROWS] for i in range(0, n, WRITE_BATCH_ROWS)), level=level)
+    write_chunks(path, n, msl, (encoded.chunk(i) for i in range(n)), level=level)
 
 
-def compress_chunk(row: np.ndarray) -> bytes:
-    """What HDF5's gzip filter stores for one chunk (one [3, msl] row): zlib at GZIP_LEVEL, default window."""
-    return zlib.compress(np.ascontiguousarray(row, dtype="<i4").tobytes(), GZIP_LEVEL)
+def compress_chunk(row: np.ndarray, level: int = GZIP_LEVEL) -> bytes:
+    """What HDF5's gzip filter stores for one chunk (one [3, msl] row): zlib at `level`, default window."""
+    return zlib.compress(np.ascontiguousarray(row, dtype="<i4").tobytes(), level)
 
 
-def _compress_rows(rows: np.ndarray) -> list[bytes]:
-    return [compress_chunk(row) for row in rows]
+def _compress_rows(rows: np.ndarray, level: int) -> list[bytes]:
+    return [compress_chunk(row, level) for row in rows]
 
 
 def encode_batches(batches: Iterable[np.ndarray], *, on_batch: Optional[Callable[[np.ndarray], None]] = None,
-                   threads: int = 0) -> EncodedRows:
+                   level: int = GZIP_LEVEL, threads: int = 0) -> EncodedRows:
     """Consecutive [k, 3, msl] batches of rows -> EncodedRows, one compressed chunk per row, in order.
 
     Each batch is compressed on a thread pool (zlib releases the GIL) while
@@ -66,7 +66,7 @@ def encode_batches(batches: Iterable[np.ndarray], *, on_batch: Optional[Callable
                 if batch.size and (batch.min() < np.iinfo(np.int32).min or batch.max() > np.iinfo(np.int32).max):
                     raise ValueError("row values do not fit int32")
                 batch = batch.astype(np.int32)
-            submitted = [pool.submit(_compress_rows, batch[i:i + _ROWS_PER_TASK])
+            submitted = [pool.submit(_compress_rows, batch[i:i + _ROWS_PER_TASK], level)
                          for i in range(0, len(batch), _ROWS_PER_TASK)]
             if on_batch is not None:
                 on_batch(batch)
@@ -78,8 +78,8 @@ def encode_batches(batches: Iterable[np.ndarray], *, on_batch: Optional[Callable
     return EncodedRows.from_chunks(chunks)
 
 
-def write_chunks(path: str, n: int, msl: int, chunks: Iterable) -> None:
-    """Write n rows given as their compressed chunks (bytes-like, from `compress_chunk`), in order.
+def write_chunks(path: str, n: int, msl: int, chunks: Iterable, *, level: int = GZIP_LEVEL) -> None:
+    """Write n rows given as their compressed chunks (bytes-like, from `compress_chunk` at `level`), in order.
 
     `write_direct_chunk` stores exactly what h5py's gzip filter would have
     produced for the row; a fixed write order gives a fixed file.
@@ -91,7 +91,7 @@ def write_chunks(path: str, n: int, msl: int, chunks: Iterable) -> None:
             dtype="i4",
             chunks=(1, 3, msl) if n else None,
             compression="gzip" if n else None,
-            compression_opts=GZIP_LEVEL if n else None,
+            compression_opts=level if n else None,
             track_times=False,
         )
         pos = 0

@@ -35,7 +35,7 @@ from transforms.core.stats import H5_ROWS, real_lengths, row_stats
 from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.io import fs
-from transforms.io.hdf5_format import WRITE_BATCH_ROWS, encode_batches, shard_n_examples, write_chunks
+from transforms.io.hdf5_format import GZIP_LEVEL, WRITE_BATCH_ROWS, encode_batches, shard_n_examples, write_chunks
 from transforms.io.spill import load_spilled
 
 __all__ = ["EncodeRows", "WriteHdf5Shards", "ShardResult", "RowFormat"]
@@ -69,9 +69,10 @@ class _Piece:
 
 
 class _EncodeFn(beam.DoFn):
-    def __init__(self, row_format: RowFormat, tokenizer_files: TokenizerFiles):
+    def __init__(self, row_format: RowFormat, tokenizer_files: TokenizerFiles, gzip_level: int):
         self._format = row_format
         self._tokenizer_files = tokenizer_files
+        self._level = gzip_level
 
     def setup(self):
         self._detok = None
@@ -93,7 +94,7 @@ class _EncodeFn(beam.DoFn):
             for key, value in counters.items():
                 stats.totals[H5_ROWS + key] += int(value)
 
-        encoded = encode_batches(self._batches(block), on_batch=count)
+        encoded = encode_batches(self._batches(block), on_batch=count, level=self._level)
         release_free_memory()  # the batches of full rows and the chunk list
         stats.totals[TIME_PREFIX + "encode"] += int((time.perf_counter() - started) * 1000)
         yield EncodedBlock(block.group, len(encoded), rows=encoded, stats=stats)
@@ -113,14 +114,15 @@ class _EncodeFn(beam.DoFn):
 class EncodeRows(beam.PTransform):
     """PCollection[WindowBlock | RowBlock] -> PCollection[EncodedBlock], before the shuffle.
 
-    Each row becomes the compressed chunk the sink will store, and the rows'
+    Each row becomes the compressed chunk the sink will store (zlib at
+    `gzip_level`: WriteHdf5Shards must be given the same level), and the rows'
     statistics (h5_dataset_stats, post-process token counts) are added to the
     block's stats under `H5_ROWS`.
     """
 
-    def __init__(self, row_format: RowFormat, tokenizer_files: TokenizerFiles):
+    def __init__(self, row_format: RowFormat, tokenizer_files: TokenizerFiles, *, gzip_level: int = GZIP_LEVEL):
         super().__init__()
-        self._fn = _EncodeFn(row_format, tokenizer_files)
+        self._fn = _EncodeFn(row_format, tokenizer_files, gzip_level)
 
     def expand(self, blocks):
         return blocks | "Encode" >> beam.ParDo(self._fn)
@@ -192,10 +194,11 @@ class _FileRows:
 
 
 class _WriteShardFn(beam.DoFn):
-    def __init__(self, output_dir: str, output_name: str, max_seq_length: int, keep_existing: bool):
+    def __init__(self, output_dir: str, output_name: str, max_seq_length: int, gzip_level: int, keep_existing: bool):
         self._output_dir = output_dir
         self._output_name = output_name
         self._msl = max_seq_length
+        self._level = gzip_level
         self._keep_existing = keep_existing
         self._written = beam.metrics.Metrics.counter("write", "sequences")
 
@@ -219,7 +222,7 @@ class _WriteShardFn(beam.DoFn):
                     yield batch.chunk(k)
 
         tmp = os.path.join(fs.local_scratch_dir(self._output_dir), fs.unique_temp_name(name))
-        write_chunks(tmp, len(rows), self._msl, chunks())
+        write_chunks(tmp, len(rows), self._msl, chunks(), level=self._level)
         n = shard_n_examples(tmp)  # n_examples as the file says it
         fs.commit_local_file(tmp, final)
         seconds["write"] = time.perf_counter() - started
@@ -231,12 +234,13 @@ class WriteHdf5Shards(beam.PTransform):
     """PCollection[EncodedBlock] -> PCollection[ShardResult], one per committed file."""
 
     def __init__(self, *, output_dir: str, output_name: str, files_per_record: int, num_output_files=None,
-                 shuffle_seed: Optional[int] = None, max_seq_length: int, keep_existing: bool = False):
+                 shuffle_seed: Optional[int] = None, max_seq_length: int, gzip_level: int = GZIP_LEVEL,
+                 keep_existing: bool = False):
         super().__init__()
         self._files_per_record = files_per_record
         self._num_output_files = num_output_files
         self._shuffle_seed = shuffle_seed
-        self._fn = _WriteShardFn(output_dir, output_name, max_seq_length, keep_existing)
+        self._fn = _WriteShardFn(output_dir, output_name, max_seq_length, gzip_level, keep_existing)
 
     def expand(self, blocks):
         layout = (
