@@ -329,3 +329,17 @@ def test_other_fsspec_urls_equal_local_run(scheme, tmp_path):
     finally:
         if scheme == "memory":
             fs.rm(base.replace("memory://", "/"), recursive=True)
+
+
+def test_staged_tokenizer_files_round_trip_through_gcs(gcs, monkeypatch):
+    """What a Dataflow worker does in setup(): read the staged files back from gs:// and check their digest."""
+    from transforms.core.tokenizer import GPT2
+    from transforms.io import tokenizer_files as tf
+
+    fs, bucket = gcs
+    gpt2 = Path(__file__).resolve().parents[1] / "data" / "tokenizers" / "gpt2"
+    files = tf.read_tokenizer_files(GPT2, encoder_file=str(gpt2 / "encoder.json"), vocab_file=str(gpt2 / "vocab.bpe"))
+    staged = tf.stage_tokenizer_files(files, f"gs://{bucket}/out/.tmp")
+    assert staged.path.startswith(f"gs://{bucket}/out/.tmp/") and fs.exists(staged.path)
+    monkeypatch.setattr(tf, "_LOADED", {})  # a worker that did not stage them
+    assert staged.load() == files
