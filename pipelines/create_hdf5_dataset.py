@@ -33,6 +33,7 @@ from transforms.core.summarization import SummarizationConfig
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.io import fs
 from transforms.io.discover import discover_input_files
+from transforms.io.hdf5_format import GZIP_LEVEL
 from transforms.io.hdf5_sink import EncodeRows, RowFormat, WriteHdf5Shards
 from transforms.io.intermediate import STORED, SkipStoredGroups, StoreGroups
 from transforms.io.manifest import DEAD_LETTER_DIR, PARAMS_FILE, MergeStats, WriteDatasetParams, WriteDeadLetters
@@ -80,7 +81,7 @@ class JobPlan:
     extra: dict
     progress_total: Optional[int] = None  # input bytes, when a progress bar is drawn in this process
     shuffle_seed: Optional[int] = None  # None: output in input order
-    gzip_level: int = 4
+    gzip_level: int = GZIP_LEVEL
     storage_dir: Optional[str] = None  # spill directory (disk strategy); None: the runner's GroupByKey
     resume: bool = False
 

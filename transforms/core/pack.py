@@ -215,7 +215,7 @@ def pack_batch(batch, config: PackConfig, seed: int, windows_only: bool = False)
     # The generator is seeded by the group's identity, never shared: the draws
     # of one group cannot depend on which worker packed which other group.
     rng = random.Random(derive_seed(seed, "short_seq_prob", batch.group.name))
-    result = pack_documents([t[0] for t in batch.tokens], config, rng, flat=getattr(batch, "flat", None))
+    result = pack_documents([t[0] for t in batch.tokens], config, rng, flat=batch.flat)
     source = batch.group.source
     batch.stats.add("docs_used", result.docs_used, source)
     for reason, n in result.dropped.items():

@@ -14,8 +14,8 @@ from typing import Iterable, Mapping, Optional
 
 import numpy as np
 
-__all__ = ["Stats", "merge", "ROWS_DROPPED", "H5_ROWS", "row_stats", "post_process_section", "h5_stats_section", "input_section",
-           "check_accounting"]
+__all__ = ["Stats", "merge", "ROWS_DROPPED", "H5_ROWS", "row_stats", "post_process_section", "h5_stats_section",
+           "input_section", "check_accounting"]
 
 
 # Counters of rows (not documents) that were built and then dropped, by reason.
@@ -74,11 +74,14 @@ def real_lengths(rows: np.ndarray, inverted_mask: bool, trailing_eos_input: bool
     return np.where(loss.any(axis=1), end, 0)
 
 
-def row_stats(rows: np.ndarray, inverted_mask: bool, trailing_eos_input: bool = False) -> Counter:
-    """Counts recomputed from rows exactly as they are written (see `real_lengths`)."""
+def row_stats(rows: np.ndarray, inverted_mask: bool, trailing_eos_input: bool = False,
+              lengths: Optional[np.ndarray] = None) -> Counter:
+    """Counts recomputed from rows exactly as they are written; `lengths`: their `real_lengths`, if known."""
     n, _, msl = rows.shape
     loss_valid = int((rows[:, 1, :] == (0 if inverted_mask else 1)).sum())
-    non_pad = int(real_lengths(rows, inverted_mask, trailing_eos_input).sum())
+    if lengths is None:
+        lengths = real_lengths(rows, inverted_mask, trailing_eos_input)
+    non_pad = int(lengths.sum())
     return Counter({
         "num_sequences": n,
         "num_tokens": n * msl,

@@ -87,8 +87,8 @@ class _EncodeFn(beam.DoFn):
 
         def count(rows: np.ndarray) -> None:
             # Counted on exactly the rows that are compressed, so on exactly what the files hold.
-            counters = row_stats(rows, fmt.inverted_mask, fmt.trailing_eos_input)
             lengths = real_lengths(rows, fmt.inverted_mask, fmt.trailing_eos_input)
+            counters = row_stats(rows, fmt.inverted_mask, fmt.trailing_eos_input, lengths=lengths)
             counters["detokenized_chars"], counters["detokenized_bytes"] = self._detok.count(
                 [rows[i, 0, :n] for i, n in enumerate(lengths.tolist())])
             for key, value in counters.items():
