@@ -36,8 +36,9 @@ from transforms.io.discover import discover_input_files
 from transforms.io.hdf5_format import GZIP_LEVEL
 from transforms.io.hdf5_sink import EncodeRows, RowFormat, WriteHdf5Shards
 from transforms.io.intermediate import STORED, SkipStoredGroups, StoreGroups
-from transforms.io.manifest import DEAD_LETTER_DIR, PARAMS_FILE, MergeStats, WriteDatasetParams, WriteDeadLetters
-from transforms.io.read_corpus import DEAD_LETTERS, DOCS, ReadCorpus
+from transforms.io.dead_letters import DEAD_LETTER_DIR, WriteDeadLetters
+from transforms.io.manifest import PARAMS_FILE, MergeStats, WriteDatasetParams
+from transforms.io.read_corpus import DEAD_LETTERS, DOCS, ReadCorpus, ReadInputManifest, write_input_manifest
 from transforms.io.tokenizer_files import StagedTokenizerFiles, read_tokenizer_files, stage_tokenizer_files
 from transforms.stages.fim import ApplyFim
 from transforms.stages.normalize import NormalizeDocuments
@@ -45,7 +46,7 @@ from transforms.stages.pack import PackSequences
 from transforms.stages.summarize import BuildSummarizationRows
 from transforms.stages.tokenize import TokenizeDocuments
 
-__all__ = ["main", "build", "plan_job", "JobPlan", "UserError"]
+__all__ = ["main", "build", "plan_job", "runner_plan", "JobPlan", "UserError"]
 
 
 class UserError(Exception):
@@ -57,7 +58,8 @@ class JobPlan:
     """Everything the pipeline needs, as plain values."""
 
     mode: str
-    files: tuple  # InputFile
+    files: tuple  # InputFile: known to the launcher only; the job reads them from `input_manifest`
+    input_manifest: str  # where launch() writes the list of input files for the workers
     keys: tuple
     join_keys: bool
     group_bytes: int
@@ -84,6 +86,9 @@ class JobPlan:
     gzip_level: int = GZIP_LEVEL
     storage_dir: Optional[str] = None  # spill directory (disk strategy); None: the runner's GroupByKey
     resume: bool = False
+    unit_groups: int = 1  # packing groups per work unit of a large .jsonl/.parquet file
+    fan_out: bool = False  # hand the groups of a large file read in order to other workers (distributed runners)
+    process_cpus: Optional[int] = None  # cores one worker process may use; None: all of this machine's
 
 
     @property
@@ -109,6 +114,7 @@ def _relpath(path: str, root: Optional[str]) -> str:
 
 
 JOB_FILE = "job.json"  # inside OUT/.tmp: the fingerprint of the configuration that owns the partial output
+INPUT_MANIFEST = "inputs.jsonl"  # inside OUT/.tmp: the input files, read by the workers
 
 
 def _check_output_dir(config: Config) -> None:
@@ -176,10 +182,35 @@ def _storage_dir(config: Config, local_runner: bool) -> Optional[str]:
     return tempfile.mkdtemp(prefix="create_hdf5_dataset_groups_")
 
 
-def _is_local_runner(options: PipelineOptions) -> bool:
+def _process_cpus(options: PipelineOptions) -> Optional[int]:
+    """Cores one SDK process gets, when the runner shares a machine among several; None: all of them.
+
+    Dataflow starts one Python SDK process per vCPU (unless the experiment
+    no_use_multiple_sdk_containers is set); the DirectRunner's multi_processing
+    mode starts direct_num_workers processes on this machine.
+    """
+    from apache_beam.options.pipeline_options import DebugOptions, DirectOptions
+
+    from transforms.core.threads import machine_cpus
+
+    if _runner_name(options) == "DataflowRunner":
+        experiments = options.view_as(DebugOptions).experiments or []
+        return None if "no_use_multiple_sdk_containers" in experiments else 1
+    direct = options.view_as(DirectOptions)
+    if direct.direct_running_mode == "multi_processing":
+        workers = direct.direct_num_workers or machine_cpus()
+        return max(1, machine_cpus() // workers)
+    return None
+
+
+def _runner_name(options: PipelineOptions) -> str:
     runner = options.get_all_options().get("runner") or "DirectRunner"
     runner = runner if isinstance(runner, str) else type(runner).__name__
-    return runner.split(".")[-1] in LOCAL_RUNNERS
+    return runner.split(".")[-1]
+
+
+def _is_local_runner(options: PipelineOptions) -> bool:
+    return _runner_name(options) in LOCAL_RUNNERS
 
 
 DEFAULT_RUNNER = "FnApiRunner"
@@ -195,6 +226,7 @@ def plan_job(config: Config) -> JobPlan:
     root = None if config.metadata_files else config.input_dir
     files = tuple(InputFile(i, p, _relpath(p, root), fs.local_size(p))
                   for i, p in enumerate(paths))
+    input_manifest = fs.join(config.output_dir, fs.TMP_DIR, INPUT_MANIFEST)
     try:
         tok_files = read_tokenizer_files(
             config.tokenizer_type, vocab_file=config.vocab_file, encoder_file=config.encoder_file,
@@ -224,6 +256,7 @@ def plan_job(config: Config) -> JobPlan:
     return JobPlan(
         mode=config.mode,
         files=files,
+        input_manifest=input_manifest,
         keys=config.keys_tuple,
         join_keys=config.mode != SUMMARIZATION,
         group_bytes=config.packing_group_mb << 20,
@@ -273,9 +306,10 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
     """Wire the stages; returns the PCollection holding the final params dict."""
     read = (
         pipeline
-        | "InputFiles" >> beam.Create(plan.files)
+        | "InputFiles" >> ReadInputManifest(plan.input_manifest)
         | "ReadCorpus" >> ReadCorpus(keys=plan.keys, join_keys=plan.join_keys, group_bytes=plan.group_bytes,
-                                     max_record_bytes=plan.max_record_bytes, progress_total=plan.progress_total)
+                                     max_record_bytes=plan.max_record_bytes, unit_groups=plan.unit_groups,
+                                     fan_out=plan.fan_out, progress_total=plan.progress_total)
     )
     docs, stored = read[DOCS], None
     if plan.storage_dir and plan.resume:
@@ -286,7 +320,7 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         | "NormalizeDocuments" >> NormalizeDocuments(plan.normalize)
         | "TokenizeDocuments" >> TokenizeDocuments(
             plan.tokenizer_files, split_len=plan.split_len, remove_bos_in_chunks=plan.remove_bos_in_chunks,
-            append_eos=plan.mode != SUMMARIZATION, drop_bos=plan.mode == FIM)
+            append_eos=plan.mode != SUMMARIZATION, drop_bos=plan.mode == FIM, process_cpus=plan.process_cpus)
     )
     if plan.mode == LMDATA:
         # Windows over the token stream: full [n, 3, msl] rows are only built, a batch at a time, to encode them.
@@ -297,7 +331,8 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         rows = (tokens
                 | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
                 | "ApplyFim" >> ApplyFim(plan.fim, tokenizer_files=plan.tokenizer_files, seed=plan.seed))
-    blocks = rows | "EncodeRows" >> EncodeRows(plan.row_format, plan.tokenizer_files, gzip_level=plan.gzip_level)
+    blocks = rows | "EncodeRows" >> EncodeRows(plan.row_format, plan.tokenizer_files, gzip_level=plan.gzip_level,
+                                               process_cpus=plan.process_cpus)
     if plan.storage_dir:
         blocks = blocks | "StoreGroups" >> StoreGroups(plan.storage_dir)
     if stored is not None:
@@ -364,33 +399,48 @@ class Launched:
     started: float
 
 
-def launch(config: Config, beam_args: list[str]) -> Launched:
+def runner_plan(plan: JobPlan, config: Config, options: PipelineOptions) -> JobPlan:
+    """The plan as the chosen runner needs it: where packed rows wait, how work is shared out, threads per process.
+
+    Groups of a large file read in order are handed to other workers only on a
+    distributed runner: locally every core already works on one group
+    (the tokenizer's threads), and a local runner would hold the handed-on
+    text in memory.
+    """
+    local = _is_local_runner(options)
+    return dataclasses.replace(plan, storage_dir=_storage_dir(config, local), fan_out=not local,
+                               process_cpus=_process_cpus(options))
+
+
+def launch(config: Config, beam_args: list[str], plan_changes: Optional[dict] = None) -> Launched:
     """Check everything, claim the output directory, build the job and submit it (without waiting).
 
     With Beam's --dry_run True the job graph is built and validated, and nothing is written or submitted.
+    `plan_changes` replaces JobPlan fields that have no flag (tests: how work is shared out).
     """
     from apache_beam.options.pipeline_options import DirectOptions, TestOptions
 
-    plan = plan_job(config)
     options = _beam_options(beam_args)
+    plan = runner_plan(plan_job(config), config, options)
     dry_run = bool(options.view_as(TestOptions).dry_run)
-    local = _is_local_runner(options)
-    storage = _storage_dir(config, local)
+    local, storage = _is_local_runner(options), plan.storage_dir
     if not dry_run:
         _check_output_dir(config)
         fs.makedirs(config.output_dir)
         _claim_output_dir(config)
     show_progress = (config.display_pbar and sys.stderr.isatty() and local and not dry_run
                      and options.view_as(DirectOptions).direct_running_mode != "multi_processing")
-    total = sum(f.size for f in plan.files)
-    plan = dataclasses.replace(plan, storage_dir=storage, progress_total=total if show_progress and total else None,
-                               extra={
+    total = sum(f.size or 0 for f in plan.files)
+    plan = dataclasses.replace(plan, progress_total=total if show_progress and total else None, extra={
         **plan.extra, "run": {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                               "beam_version": beam.__version__, "beam_options": beam_args,
                               "shuffle_strategy": "disk" if storage else "runner"}})
     # DoFns carry a reference to the tokenizer files, staged where every worker can read them.
     staged = stage_tokenizer_files(plan.tokenizer_files, fs.join(config.output_dir, fs.TMP_DIR), write=not dry_run)
-    plan = dataclasses.replace(plan, tokenizer_files=staged)
+    plan = dataclasses.replace(plan, tokenizer_files=staged, **(plan_changes or {}))
+    if not dry_run:
+        # The job graph names this file instead of holding the list: its size must not grow with the input.
+        write_input_manifest(plan.input_manifest, plan.files)
     started = time.time()
     pipeline = beam.Pipeline(options=options)
     build(pipeline, plan)
@@ -404,9 +454,9 @@ def launch(config: Config, beam_args: list[str]) -> Launched:
     return Launched(result, dry_run, local, storage, started)
 
 
-def run(config: Config, beam_args: list[str]) -> Optional[dict]:
+def run(config: Config, beam_args: list[str], plan_changes: Optional[dict] = None) -> Optional[dict]:
     """Launch the job and wait for it; returns data_params.json (None for a dry run)."""
-    launched = launch(config, beam_args)
+    launched = launch(config, beam_args, plan_changes)
     if launched.dry_run:
         return None
     try:

@@ -39,7 +39,7 @@ from transforms.core.records import BadRecord, Document
 from transforms.core.stats import check_accounting
 from transforms.core.tokenizer import build_tokenizer, encode_bounded, piece_spans, tokenize_documents
 from transforms.io import readers
-from transforms.io.manifest import dead_letter_file_name
+from transforms.io.dead_letters import dead_letter_file_name
 from transforms.io.readers import read_records
 from transforms.io.tokenizer_files import read_tokenizer_files
 
@@ -81,7 +81,11 @@ def parquet_bytes(table: pa.Table) -> bytes:
 
 
 def dead_letters(out) -> list[dict]:
-    """Every dead-letter record, checking each file holds one source, sorted by (member, line)."""
+    """Every dead-letter record, checking each file holds one source, in file order.
+
+    File order: each tar member's records together (members in archive order,
+    which the caller checks), lines ascending within a member.
+    """
     found = []
     for path in sorted((Path(out) / "dead_letter").glob("*")):
         assert path.suffix == ".jsonl", path
@@ -89,8 +93,12 @@ def dead_letters(out) -> list[dict]:
         assert records, f"{path.name} is empty"
         assert {r["source"] for r in records} == {records[0]["source"]}, path.name
         assert path.name == dead_letter_file_name(records[0]["source"])
-        keys = [(r["member"] or "", -1 if r["line"] is None else r["line"]) for r in records]
-        assert keys == sorted(keys), path.name
+        members = [r["member"] for r in records]
+        runs = [m for i, m in enumerate(members) if i == 0 or m != members[i - 1]]
+        assert len(runs) == len(set(runs)), f"{path.name}: a member's records are not together"
+        for member in runs:
+            lines = [-1 if r["line"] is None else r["line"] for r in records if r["member"] == member]
+            assert lines == sorted(lines), path.name
         found.extend(records)
     return found
 
@@ -254,8 +262,10 @@ def test_corpus_with_every_bad_case(tmp_path, gpt2, capsys):
     assert abs(len(nospace) - unbounded) <= 2 * cuts, (len(nospace), unbounded, cuts)
 
     # Bad records: each exactly once, with its reason and line, in its source's dead-letter file.
-    got = Counter((Path(d["source"]).name, d["member"], d["line"], d["reason"]) for d in dead_letters(out))
-    assert got == Counter(corpus.bad)
+    got = [(Path(d["source"]).name, d["member"], d["line"], d["reason"]) for d in dead_letters(out)]
+    assert Counter(got) == Counter(corpus.bad)
+    for name in names:  # in file order: the order the corpus lists them (tar members as archived)
+        assert [g for g in got if g[0] == name] == [b for b in corpus.bad if b[0] == name], name
 
     # Accounting: overall and per source file.
     inp = params["input"]

@@ -31,7 +31,7 @@ from apache_beam.portability.api import beam_runner_api_pb2  # noqa: E402
 from apache_beam.runners.runner import PipelineState  # noqa: E402
 
 from pipelines.config import load_config  # noqa: E402
-from pipelines.create_hdf5_dataset import _beam_options, build, plan_job  # noqa: E402
+from pipelines.create_hdf5_dataset import _beam_options, build, launch, plan_job, runner_plan  # noqa: E402
 from tests.helpers import ROOT  # noqa: E402
 
 GPT2 = ROOT / "data" / "tokenizers" / "gpt2"
@@ -53,8 +53,9 @@ def _argv(out, tokenizer_dir=GPT2) -> list[str]:
 def _pipeline(argv: list[str]) -> beam.Pipeline:
     """The pipeline exactly as main() builds it, not run."""
     config, beam_args = load_config(argv)
-    plan = plan_job(config)
-    p = beam.Pipeline(options=_beam_options(beam_args))
+    options = _beam_options(beam_args)
+    plan = runner_plan(plan_job(config), config, options)
+    p = beam.Pipeline(options=options)
     build(p, plan)
     return p
 
@@ -167,9 +168,31 @@ def test_everything_sent_to_workers_unpickles_in_a_fresh_process(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     loaded = json.loads(proc.stdout.strip().splitlines()[-1])
-    for fn in ("transforms.io.read_corpus._ReadFileFn", "transforms.io.hdf5_sink._WriteShardFn"):
+    for fn in ("transforms.io.read_corpus._ReadUnitFn", "transforms.io.hdf5_sink._WriteShardFn"):
         assert fn in loaded, loaded
     assert any(name.startswith("transforms.stages.tokenize.") for name in loaded), loaded
+
+
+def test_the_job_graph_does_not_grow_with_the_inputs(tmp_path):
+    """Dataflow refuses job graphs over 10 MB: the input list travels in a manifest, not in the graph.
+
+    Launched exactly as the command does (a dry run writes nothing, submits nothing).
+    """
+    def graph_bytes(n_files: int) -> int:
+        listing = tmp_path / "inputs.txt"  # one name: the flags, and so the recorded settings, stay the same
+        listing.write_text("".join(f"gs://my-bucket/corpus/part-{i:06d}.jsonl.zst\n" for i in range(n_files)))
+        argv = _argv(tmp_path / "out")
+        argv[argv.index("--input_dir"):argv.index("--input_dir") + 2] = ["--metadata_files", str(listing)]
+        config, beam_args = load_config(argv + DATAFLOW + ["--sdk_container_image", IMAGE])
+        launched = launch(config, beam_args)
+        assert launched.dry_run and not (tmp_path / "out").exists()
+        return len(launched.result.job.proto_pipeline.SerializeToString())
+
+    small, large = graph_bytes(1), graph_bytes(100_000)
+    assert large < 1 << 20, large
+    # Pickles differ by a few bytes between any two builds (the start time is recorded); a list
+    # of 100 000 paths would add megabytes.
+    assert abs(large - small) < 1024, (small, large)
 
 
 def _doc_commands(text: str) -> list[str]:

@@ -24,29 +24,77 @@ def _digests(out) -> dict:
     return {p.rsplit("/", 1)[1]: hashlib.sha256(open(p, "rb").read()).hexdigest() for p in h5_files(out)}
 
 
-def test_large_file_is_packed_in_fixed_slices(tmp_path):
-    corpus = require_shared(SHARED / "corpora" / "en_small_pd.jsonl")  # 2.2 MB: three 1 MiB slices
+def _group_streams(rows: np.ndarray) -> list[np.ndarray]:
+    """The token streams of the packing groups, read back from LMData rows in input order.
+
+    Each group's stream ends in a padded remainder row; inside a group,
+    consecutive rows share one token (the last label is the next first input).
+    """
+    streams, cur = [], []
+    for row in rows:
+        n = int(row[1].sum())
+        if not cur:
+            cur = [int(row[0, 0])]
+        cur.extend(row[2, :n].tolist())
+        if n < row.shape[1]:
+            streams.append(np.array(cur))
+            cur = []
+    assert not cur
+    return streams
+
+
+def _doc_ids(texts: list[str]) -> list[int]:
+    from transforms.core.tokenizer import build_tokenizer, tokenize_documents
+    from transforms.io.tokenizer_files import read_tokenizer_files
+
+    tok = build_tokenizer(read_tokenizer_files("GPT2Tokenizer", vocab_file=str(GPT2 / "vocab.bpe"),
+                                               encoder_file=str(GPT2 / "encoder.json")))
+    ids = tokenize_documents(tok, texts)
+    return np.concatenate(ids).tolist() if ids else []
+
+
+def test_large_jsonl_is_packed_in_byte_windows(tmp_path):
+    """A .jsonl file's group k holds the lines whose first byte lies in the k-th packing_group_mb window."""
+    corpus = require_shared(SHARED / "corpora" / "en_small_pd.jsonl")  # 2.2 MB: three 1 MiB windows
+    data = corpus.read_bytes()
     src = tmp_path / "in"
     src.mkdir()
-    (src / "en.jsonl").write_bytes(corpus.read_bytes())
+    (src / "en.jsonl").write_bytes(data)
     params = run_job(_args(src, tmp_path / "out", "--packing_group_mb", "1", "--files_per_record", "1000"))
-    texts = [len(json.loads(line)["text"]) for line in corpus.read_text().splitlines()]
-    slices, size = 1, 0
-    for n in texts[:-1]:  # a slice closes once it holds >= 1 MiB of text
-        size += n
-        if size >= 1 << 20:
-            slices, size = slices + 1, 0
-    assert slices >= 2
-    rows = read_rows(tmp_path / "out")
-    padded = int((rows[:, 1, :] == 0).any(axis=1).sum())
-    assert padded == slices, "one padded remainder row per slice"
+    windows: dict = {}
+    start = 0
+    for line in data.splitlines(keepends=True):
+        windows.setdefault(start >> 20, []).append(json.loads(line)["text"])
+        start += len(line)
+    assert len(windows) == 3
+    streams = _group_streams(read_rows(tmp_path / "out"))
+    assert [s.tolist() for s in streams] == [_doc_ids(windows[k]) for k in sorted(windows)]
     assert params["input"]["documents_read"] == params["input"]["used"] == 457
-    # Rows are the slices' streams one after another: every document's tokens appear in order.
-    whole = run_job(_args(src, tmp_path / "whole", "--files_per_record", "1000"))
-    assert params["post-process"]["n_examples"] - slices < whole["post-process"]["n_examples"] \
-        <= params["post-process"]["n_examples"]
+
+
+def test_large_compressed_file_is_packed_in_slices_of_text(tmp_path):
+    """A file read in order (here .jsonl.zst) closes a group once it holds packing_group_mb of text."""
+    corpus = require_shared(SHARED / "corpora" / "en_small_pd.jsonl")
+    import zstandard
+
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "en.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(corpus.read_bytes()))
+    params = run_job(_args(src, tmp_path / "out", "--packing_group_mb", "1", "--files_per_record", "1000"))
+    slices, size = [[]], 0
+    for line in corpus.read_text().splitlines():
+        text = json.loads(line)["text"]
+        if size >= 1 << 20:
+            slices, size = slices + [[]], 0
+        slices[-1].append(text)
+        size += len(text)
+    assert len(slices) >= 2
+    streams = _group_streams(read_rows(tmp_path / "out"))
+    assert [s.tolist() for s in streams] == [_doc_ids(texts) for texts in slices]
     # Each stream of L tokens trains on L - 1 of them: a cut between slices costs one prediction.
-    assert whole["post-process"]["loss_valid_tokens"] == params["post-process"]["loss_valid_tokens"] + slices - 1
+    whole = run_job(_args(src, tmp_path / "whole", "--files_per_record", "1000"))
+    assert whole["post-process"]["loss_valid_tokens"] == \
+        params["post-process"]["loss_valid_tokens"] + len(slices) - 1
 
 
 def test_same_input_same_bytes_and_exact_file_sizes(tmp_path):

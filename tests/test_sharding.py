@@ -1,13 +1,17 @@
-"""Tests for transforms.core.sharding: file sizes, cutting row blocks at file boundaries, group offsets."""
+"""Tests for transforms.core.sharding: file sizes, cutting row blocks at file boundaries, where every row goes."""
 
 from __future__ import annotations
 
+import pickle
 import random
 
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transforms.core.sharding import FileLayout, group_offsets, shard_name
+from transforms.core import sharding
+from transforms.core.sharding import FileLayout, Layout, range_bits, row_keys, shard_name
 
 SETTINGS = settings(max_examples=300, deadline=None)
 
@@ -126,33 +130,101 @@ def test_split_example():
     assert layout.split(5, 0) == []
 
 
-# ---------------------------------------------------------------- group_offsets
+# ---------------------------------------------------------------- Layout: where every row goes
 
 
-@SETTINGS
-@given(st.lists(st.tuples(st.tuples(st.integers(0, 20), st.integers(0, 5)), st.integers(0, 50)),
-                unique_by=lambda t: t[0], max_size=20),
-       st.randoms(use_true_random=False))
-def test_group_offsets_follow_sort_key(groups, rnd):
-    counts = [(key, f"group-{i}", n) for i, (key, n) in enumerate(groups)]
-    shuffled = list(counts)
-    rnd.shuffle(shuffled)
-    offsets, total = group_offsets(shuffled)
-    assert total == sum(n for _, _, n in counts)
-    assert set(offsets) == {name for _, name, _ in counts}
-    pos = 0
-    for key, name, n in sorted(counts, key=lambda t: t[0]):
-        assert offsets[name] == pos
-        pos += n
-    assert group_offsets(counts) == (offsets, total)  # input order does not matter
+def _metas(counts: list[int], files_of_groups: int = 3) -> list[tuple]:
+    """(sort key, name, rows) of groups spread over a few input files."""
+    return [((i % files_of_groups, i // files_of_groups), f"f{i % files_of_groups}.jsonl#{i // files_of_groups}", n)
+            for i, n in enumerate(counts)]
 
 
-def test_group_offsets_example():
-    counts = [((1, 0), "b0", 3), ((0, 1), "a1", 2), ((0, 0), "a0", 5), ((1, 1), "b1", 0), ((2, 0), "c", 1)]
-    offsets, total = group_offsets(counts)
-    assert offsets == {"a0": 0, "a1": 5, "b0": 7, "b1": 10, "c": 10}
-    assert total == 11
-    assert group_offsets([]) == ({}, 0)
+def _expected_order(metas: list, shuffle_seed) -> list[tuple[str, int]]:
+    """Every row as (group name, row), in output order, stated directly from the rule."""
+    rows = [(key, name, r) for key, name, n in metas for r in range(n)]
+    if shuffle_seed is None:
+        return [(name, r) for key, name, r in sorted(rows)]
+    keyed = [(int(row_keys(shuffle_seed, name, np.array([r]))[0]), key, r, name) for key, name, r in rows]
+    return [(name, r) for _, _, r, name in sorted(keyed)]
+
+
+def _layout_files(layout: Layout, metas: list) -> list[list[tuple[str, int]]]:
+    """What each file's writer ends up with: candidates from `route`, kept by `positions`, in order."""
+    names = {key: name for key, name, _ in metas}
+    candidates: dict = {}
+    for key, name, n in metas:
+        g = layout.group_of(key)
+        assert layout.group_sort_key(g) == key
+        for f, rows in layout.route(g):
+            assert len(rows) and f < layout.files.num_files
+            candidates.setdefault(f, []).append((g, rows))
+    out = []
+    for f in range(layout.files.num_files):
+        pieces = candidates.get(f, [])
+        groups = np.concatenate([np.full(len(r), g) for g, r in pieces])
+        rows = np.concatenate([r for _, r in pieces])
+        pos = layout.positions(groups, rows)
+        lo, hi = layout.files.starts[f], layout.files.starts[f + 1]
+        mine = np.flatnonzero((pos >= lo) & (pos < hi))
+        assert sorted(pos[mine].tolist()) == list(range(lo, hi)), f"file {f} misses or repeats positions"
+        ordered = mine[np.argsort(pos[mine])]
+        out.append([(names[layout.group_sort_key(int(groups[i]))], int(rows[i])) for i in ordered])
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(counts=st.lists(st.integers(0, 60), max_size=12), per_file=st.integers(1, 80),
+       n_files=st.one_of(st.none(), st.integers(1, 9)), shuffle_seed=st.one_of(st.none(), st.integers(0, 3)),
+       rnd=st.randoms(use_true_random=False))
+def test_every_row_lands_once_where_the_rule_puts_it(counts, per_file, n_files, shuffle_seed, rnd):
+    metas = _metas(counts)
+    given_order = list(metas)
+    rnd.shuffle(given_order)  # the order groups reach the layout does not matter
+    layout = Layout.create(given_order, shuffle_seed=shuffle_seed, files_per_record=per_file,
+                           num_output_files=n_files)
+    files = _layout_files(layout, metas)
+    assert [row for f in files for row in f] == _expected_order(metas, shuffle_seed)
+    assert [len(f) for f in files] == [layout.files.size(i) for i in range(layout.files.num_files)]
+
+
+@pytest.mark.parametrize("max_bits", [0, 1, 3, 20])
+def test_key_ranges_only_change_routing_never_the_output(monkeypatch, max_bits):
+    metas = _metas([50, 7, 0, 33, 61, 2], files_of_groups=2)
+    reference = _expected_order(metas, 4)
+    monkeypatch.setattr(sharding, "MAX_RANGE_BITS", max_bits)
+    layout = Layout.create(metas, shuffle_seed=4, files_per_record=17, num_output_files=None)
+    assert layout.range_bits <= max_bits
+    assert [row for f in _layout_files(layout, metas) for row in f] == reference
+
+
+def test_unshuffled_positions_follow_the_sort_key():
+    metas = [((1, 0), "b0", 3), ((0, 1), "a1", 2), ((0, 0), "a0", 5), ((1, 1), "b1", 0), ((2, 0), "c", 1)]
+    layout = Layout.create(metas, shuffle_seed=None, files_per_record=4, num_output_files=None)
+    starts = {name: int(layout.positions([layout.group_of(key)], [0])[0]) for key, name, _ in metas}
+    assert starts == {"a0": 0, "a1": 5, "b0": 7, "b1": 10, "c": 10}
+    assert layout.files.total == 11
+    assert Layout.create([], shuffle_seed=None, files_per_record=4, num_output_files=None).files.num_files == 0
+    with pytest.raises(KeyError):
+        layout.group_of((3, 0))
+
+
+def test_layout_size_does_not_grow_with_rows():
+    """The side input every worker reads: O(groups + key ranges), whatever the number of rows."""
+    def size(rows_per_group: int) -> int:
+        metas = _metas([rows_per_group] * 200, files_of_groups=50)
+        layout = Layout.create(metas, shuffle_seed=0, files_per_record=50_000, num_output_files=None)
+        return len(pickle.dumps(layout))
+
+    small, large = size(1_000), size(100_000)  # 200 k and 20 M rows
+    assert large < 1 << 20
+    assert large - small <= 8 << sharding.MAX_RANGE_BITS  # at most the key-range table grew
+
+
+def test_range_bits():
+    assert range_bits(0, 1) == 0
+    assert range_bits(10_000, 5_000) == 4  # ranges of ~1024 rows, at most a quarter of a file
+    assert range_bits(10_000, 40) == 10  # small files: ranges of ~10 rows
+    assert range_bits(10**12, 10**6) == sharding.MAX_RANGE_BITS
 
 
 def test_shard_name():

@@ -34,7 +34,51 @@ class InputFile:
     index: int  # position in the sorted input list
     path: str
     relpath: str
-    size: int = 0  # bytes on storage, for progress
+    size: Optional[int] = None  # bytes on storage, when the listing said
+
+
+# How a work unit reads its file (see WorkUnit).
+WHOLE = "whole"
+BYTES = "bytes"
+ROWS = "rows"
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkUnit:
+    """The share of one input file that one worker reads: packing groups [first_group, end_group) of it.
+
+    - WHOLE: the file read in order, cut into packing groups of `group_bytes`
+      of text as it is read (compressed streams, .txt, and files whose
+      layout could not be read at planning time). Always the whole file.
+    - BYTES (.jsonl): group k holds the lines whose first byte lies in
+      [k * group_size, (k + 1) * group_size) of the file.
+    - ROWS (.parquet): group k holds rows [k * group_size, (k + 1) * group_size).
+
+    The groups of a file depend only on its content and the settings, never
+    on how they are shared out among units, so neither does the output.
+    """
+
+    file: InputFile
+    kind: str = WHOLE
+    first_group: int = 0
+    end_group: int = 1
+    num_groups: int = 1  # groups in the whole file (WHOLE: unknown until read, 1)
+    group_size: int = 0  # bytes (BYTES) or rows (ROWS) per group
+    total: int = 0  # file bytes (BYTES) or rows (ROWS)
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """The unit's byte or row range [lo, hi) of the file (BYTES, ROWS)."""
+        return self.first_group * self.group_size, min(self.end_group * self.group_size, self.total)
+
+    @property
+    def storage_bytes(self) -> int:
+        """The unit's share of the file's bytes on storage (for progress), 0 if unknown."""
+        size = self.file.size or 0
+        if self.kind == WHOLE or not self.total:
+            return size if self.first_group == 0 else 0
+        lo, hi = self.span
+        return size * (hi - lo) // self.total
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +142,26 @@ class BadRecord:
             "raw": self.raw[:RAW_PREVIEW_BYTES].decode("utf-8", errors="backslashreplace"),
             "raw_truncated": len(self.raw) > RAW_PREVIEW_BYTES,
         }
+
+
+@dataclasses.dataclass
+class DeadLetterPart:
+    """Up to a few thousand bad records of one work unit, in file order.
+
+    Parts are what the dead-letter sink writes, so no process ever holds more
+    than one part of bad records. `lines` is set on the last part of every
+    unit of a .jsonl file read as several units: the number of lines the
+    unit read, from which the sink turns unit-relative line numbers
+    (`relative`) into file line numbers.
+    """
+
+    source: str
+    first_group: int  # the unit's first group: orders the units of a source
+    end_group: int
+    part: int  # index within the unit
+    records: list  # BadRecord
+    relative: bool = False  # line numbers count from the unit's first line
+    lines: Optional[int] = None
 
 
 @dataclasses.dataclass

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import math
 from typing import Iterable, Optional
 
 import numpy as np
 
 from transforms.core.seeds import derive_seed
 
-__all__ = ["FileLayout", "Layout", "group_offsets", "key_ranges", "range_histogram", "row_keys", "shard_name"]
+__all__ = ["FileLayout", "Layout", "row_keys", "group_seed", "range_bits", "shard_name"]
 
 
 def shard_name(output_name: str, index: int) -> str:
@@ -71,120 +72,185 @@ class FileLayout:
         return pieces
 
 
-def group_offsets(counts: Iterable[tuple[tuple, str, int]]) -> tuple[dict, int]:
-    """(sort_key, group name, rows) for every group -> ({name: first global position}, total)."""
-    offsets, pos = {}, 0
-    for _, name, n in sorted(counts):
-        offsets[name] = pos
-        pos += n
-    return offsets, pos
-
-
-# ---------------------------------------------------------------- global shuffle
+# ---------------------------------------------------------------- where every row goes
 #
-# Every row gets a 64-bit key from (shuffle_seed, its group's identity, its
-# index in the group); the output order is the order of the keys. The top
-# RANGE_BITS bits of a key name its key range. A histogram of rows per range
-# (a side input) gives every range its first global position, so a row's file
-# is known from its key alone, except in the few ranges that straddle a file
-# boundary: those ranges are sent whole to every file they overlap, and each
-# file sorts them and keeps its own positions. One GroupByKey, exact sizes.
+# Output order without shuffle is the input order: groups sorted by (file
+# index, slice index), rows in group order; a row's position is its group's
+# offset plus its index. With shuffle, every row gets a 64-bit key from
+# (shuffle_seed, its group's identity, its index in the group) and the output
+# order is the order of the keys, ties broken by group then row. The top bits
+# of a key name its key range; the count of rows per range gives every range
+# its first position, so a row's file is known from its key alone, except in
+# the few ranges that straddle a file boundary: those are sent whole to every
+# file they overlap, and each file sorts them and keeps its own positions.
+#
+# The layout is made from one (sort key, name, rows) triple per group: the
+# rows' keys are a function of the group's name and the row index, so the
+# range counts are recomputed where the layout is made, in O(rows) time and
+# O(ranges) memory, instead of shipping anything per row. Its size is
+# O(groups + ranges) whatever the row count (benchmarks/scale_sim.py).
 
-RANGE_BITS = 20
+MAX_RANGE_BITS = 20
+ROWS_PER_RANGE = 1024  # at most, on average; fewer when files are small (see Layout.create)
+_SLICE_BITS = 24  # a group's sort key (file, slice) packed into one int64
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_KEY_CHUNK_ROWS = 1 << 20  # rows whose keys are computed at once when counting ranges
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
     """A bijective 64-bit mixer: consecutive inputs give independent-looking outputs."""
     with np.errstate(over="ignore"):
-        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = x + _GOLDEN
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         return z ^ (z >> np.uint64(31))
 
 
+def group_seed(shuffle_seed: int, group_name: str) -> int:
+    """The base of the shuffle keys of a group's rows."""
+    return derive_seed(shuffle_seed, "shuffle", group_name)
+
+
+def _keys(bases: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return _splitmix64(np.asarray(bases, dtype=np.uint64) + np.asarray(rows, dtype=np.uint64) * _GOLDEN)
+
+
 def row_keys(shuffle_seed: int, group_name: str, rows: np.ndarray) -> np.ndarray:
     """uint64 shuffle keys of rows (indices within the group)."""
-    base = np.uint64(derive_seed(shuffle_seed, "shuffle", group_name))
-    with np.errstate(over="ignore"):
-        return _splitmix64(base + np.asarray(rows, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+    return _keys(np.uint64(group_seed(shuffle_seed, group_name)), rows)
 
 
-def key_ranges(keys: np.ndarray) -> np.ndarray:
-    return (keys >> np.uint64(64 - RANGE_BITS)).astype(np.int64)
+def _pack_sort_key(file_index, slice_index) -> np.ndarray:
+    slice_index = np.asarray(slice_index, dtype=np.int64)
+    if np.any(slice_index >= 1 << _SLICE_BITS):
+        raise ValueError(f"more than {1 << _SLICE_BITS} packing groups in one file")
+    return (np.asarray(file_index, dtype=np.int64) << _SLICE_BITS) | slice_index
 
 
-def range_histogram(keys: np.ndarray) -> dict:
-    ranges, counts = np.unique(key_ranges(keys), return_counts=True)
-    return dict(zip(ranges.tolist(), counts.tolist()))
+def range_bits(total: int, smallest_file: int) -> int:
+    """Key-range bits: about ROWS_PER_RANGE rows per range, at most a quarter file, at most 2**MAX_RANGE_BITS ranges.
+
+    A range that straddles file boundaries is sent whole to each file it
+    overlaps, so a range much larger than a file would multiply the rows a
+    writer sees; the bits never change where a row goes, only how it is routed.
+    """
+    per_range = max(1, min(ROWS_PER_RANGE, smallest_file // 4))
+    return min(MAX_RANGE_BITS, max(0, math.ceil(math.log2(max(total / per_range, 1)))))
 
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """Where every row goes. Without shuffle: group offsets; with shuffle: range offsets."""
+    """Where every row goes, from per-group row counts alone. Size O(groups + key ranges), never O(rows).
+
+    Groups are numbered in output order (by sort key); `route` and
+    `positions` speak of rows as (group number, index in the group).
+    """
 
     files: FileLayout
+    group_keys: np.ndarray  # int64, sorted: packed (file index, slice index) of every group
+    group_starts: np.ndarray  # int64 [groups + 1]: first position of each group without shuffle
     shuffle_seed: Optional[int] = None  # None: no shuffle
-    group_offsets: Optional[dict] = None  # group name -> first global position
-    range_ids: Optional[np.ndarray] = None  # sorted range ids present
-    range_offsets: Optional[np.ndarray] = None  # first global position of each, aligned with range_ids
-    range_counts: Optional[np.ndarray] = None
+    group_seeds: Optional[np.ndarray] = None  # uint64 per group: the base of its rows' shuffle keys
+    range_bits: int = 0
+    range_starts: Optional[np.ndarray] = None  # int64 [2**range_bits + 1]: first position of each key range
 
     @classmethod
-    def create(cls, metas: list, *, shuffle_seed: Optional[int], files_per_record: int,
+    def create(cls, metas: Iterable[tuple[tuple, str, int]], *, shuffle_seed: Optional[int], files_per_record: int,
                num_output_files: Optional[int]) -> "Layout":
-        """`metas`: (group sort key, group name, rows, range histogram or None) of every group."""
+        """`metas`: (group sort key, group name, rows) of every group, in any order."""
+        metas = sorted(metas)
+        keys = _pack_sort_key([m[0][0] for m in metas], [m[0][1] for m in metas])
+        if len(keys) > 1 and np.any(keys[1:] == keys[:-1]):
+            raise ValueError("two packing groups share a sort key")
+        counts = np.array([m[2] for m in metas], dtype=np.int64)
+        starts = np.zeros(len(metas) + 1, dtype=np.int64)
+        np.cumsum(counts, out=starts[1:])
+        total = int(starts[-1])
+        files = FileLayout.create(total, files_per_record=files_per_record, num_output_files=num_output_files)
         if shuffle_seed is None:
-            offsets, total = group_offsets((m[0], m[1], m[2]) for m in metas)
-            return cls(FileLayout.create(total, files_per_record=files_per_record,
-                                         num_output_files=num_output_files), group_offsets=offsets)
-        hist: dict = {}
-        for m in metas:
-            for r, c in m[3].items():
-                hist[r] = hist.get(r, 0) + c
-        ids = np.array(sorted(hist), dtype=np.int64)
-        counts = np.array([hist[r] for r in ids.tolist()], dtype=np.int64)
-        offsets = np.zeros(len(ids), dtype=np.int64)
-        if len(ids):
-            np.cumsum(counts[:-1], out=offsets[1:])
-        total = int(counts.sum())
-        return cls(FileLayout.create(total, files_per_record=files_per_record, num_output_files=num_output_files),
-                   shuffle_seed=shuffle_seed, range_ids=ids, range_offsets=offsets, range_counts=counts)
+            return cls(files, keys, starts)
+        seeds = np.array([group_seed(shuffle_seed, m[1]) for m in metas], dtype=np.uint64)
+        smallest = min(files.size(i) for i in range(files.num_files)) if files.num_files else 1
+        bits = range_bits(total, smallest)
+        per_range = _count_ranges(seeds, counts, bits)
+        range_starts = np.zeros(len(per_range) + 1, dtype=np.int64)
+        np.cumsum(per_range, out=range_starts[1:])
+        return cls(files, keys, starts, shuffle_seed, seeds, bits, range_starts)
 
-    def route(self, group_name: str, n_rows: int) -> list[tuple[int, np.ndarray]]:
-        """(file index, row indices of the group that file must see) for a group of n rows."""
+    @property
+    def num_groups(self) -> int:
+        return len(self.group_keys)
+
+    def group_of(self, sort_key: tuple) -> int:
+        """The number of the group with this (file index, slice index)."""
+        key = int(_pack_sort_key(sort_key[0], sort_key[1]))
+        g = int(np.searchsorted(self.group_keys, key))
+        if g >= len(self.group_keys) or self.group_keys[g] != key:
+            raise KeyError(f"no packing group {sort_key} in the layout")
+        return g
+
+    def group_sort_key(self, group: int) -> tuple[int, int]:
+        key = int(self.group_keys[group])
+        return key >> _SLICE_BITS, key & ((1 << _SLICE_BITS) - 1)
+
+    def _ranges(self, keys: np.ndarray) -> np.ndarray:
+        return (keys >> np.uint64(64 - self.range_bits)).astype(np.int64) if self.range_bits else \
+            np.zeros(len(keys), dtype=np.int64)
+
+    def route(self, group: int) -> list[tuple[int, np.ndarray]]:
+        """(file index, row indices of the group that file must see) for every file the group reaches."""
+        n_rows = int(self.group_starts[group + 1] - self.group_starts[group])
         if self.shuffle_seed is None:
-            start = self.group_offsets[group_name]
+            start = int(self.group_starts[group])
             return [(f, np.arange(lo, hi)) for f, lo, hi in self.files.split(start, n_rows)]
         rows = np.arange(n_rows)
-        r = np.searchsorted(self.range_ids, key_ranges(row_keys(self.shuffle_seed, group_name, rows)))
+        r = self._ranges(_keys(self.group_seeds[group], rows))
         starts = np.asarray(self.files.starts)
-        first = np.searchsorted(starts, self.range_offsets[r], side="right") - 1
-        last = np.searchsorted(starts, self.range_offsets[r] + self.range_counts[r] - 1, side="right") - 1
+        first = np.searchsorted(starts, self.range_starts[r], side="right") - 1
+        last = np.searchsorted(starts, self.range_starts[r + 1] - 1, side="right") - 1
         files = sorted({f for a, b in np.unique(np.stack([first, last], axis=1), axis=0).tolist()
                         for f in range(a, b + 1)})
         return [(f, rows[(first <= f) & (last >= f)]) for f in files]
 
-    def positions(self, group_names: list, sort_keys: list, rows: list) -> np.ndarray:
-        """Global positions of candidate rows: (group name, group sort key, row index) per candidate.
+    def positions(self, groups: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Global positions of candidate rows, given as (group number, row index) arrays.
 
         With shuffle, the candidates must hold every row of each key range
         they touch; positions are then ranks by (key, group, row) within the range.
         """
+        groups = np.asarray(groups, dtype=np.int64)
+        rows = np.asarray(rows, dtype=np.int64)
         if self.shuffle_seed is None:
-            return np.array([self.group_offsets[g] + r for g, r in zip(group_names, rows)], dtype=np.int64)
-        keys = np.empty(len(rows), dtype=np.uint64)
-        by_group: dict = {}
-        for i, g in enumerate(group_names):
-            by_group.setdefault(g, []).append(i)
-        for g, idx in by_group.items():
-            keys[idx] = row_keys(self.shuffle_seed, g, np.array([rows[i] for i in idx]))
-        gfile = np.array([k[0] for k in sort_keys], dtype=np.int64)
-        gslice = np.array([k[1] for k in sort_keys], dtype=np.int64)
-        order = np.lexsort((np.asarray(rows), gslice, gfile, keys))
-        ranges = key_ranges(keys[order])
+            return self.group_starts[groups] + rows
+        keys = _keys(self.group_seeds[groups], rows)
+        order = np.lexsort((rows, groups, keys))
+        ranges = self._ranges(keys[order])
         first_of_range = np.searchsorted(ranges, ranges, side="left")
-        rank = np.arange(len(order)) - first_of_range
         positions = np.empty(len(order), dtype=np.int64)
-        positions[order] = self.range_offsets[np.searchsorted(self.range_ids, ranges)] + rank
+        positions[order] = self.range_starts[ranges] + np.arange(len(order)) - first_of_range
         return positions
+
+
+def _count_ranges(seeds: np.ndarray, counts: np.ndarray, bits: int) -> np.ndarray:
+    """Rows per key range, computed from every group's rows' keys a chunk of rows at a time."""
+    per_range = np.zeros(1 << bits, dtype=np.int64)
+    g, n = 0, len(counts)
+    while g < n:
+        # Whole groups up to about _KEY_CHUNK_ROWS rows (at least one group).
+        end = g + 1
+        rows_in_chunk = int(counts[g])
+        while end < n and rows_in_chunk + counts[end] <= _KEY_CHUNK_ROWS:
+            rows_in_chunk += int(counts[end])
+            end += 1
+        chunk = counts[g:end]
+        bases = np.repeat(seeds[g:end], chunk)
+        index = np.arange(rows_in_chunk, dtype=np.int64) - np.repeat(np.cumsum(chunk) - chunk, chunk)
+        keys = _keys(bases, index)
+        if bits:
+            per_range += np.bincount((keys >> np.uint64(64 - bits)).astype(np.int64), minlength=1 << bits)
+        else:
+            per_range[0] += rows_in_chunk
+        g = end
+    return per_range

@@ -30,6 +30,7 @@ import posixpath
 import shutil
 import tempfile
 import uuid
+from typing import Optional
 
 import fsspec
 
@@ -223,6 +224,14 @@ def remove_file(path: str) -> None:
         _forget(fs, posixpath.dirname(p))
 
 
-def local_size(path: str) -> int:
-    """Bytes of a local file (plain path or file:// URL); 0 for remote ones, not worth a request each."""
-    return os.path.getsize(_local(path)) if is_local(path) else 0
+def local_size(path: str) -> Optional[int]:
+    """Bytes of a local file (plain path or file:// URL); None for remote or missing ones.
+
+    Remote sizes are not worth a request each here: the workers ask when they need one.
+    """
+    if not is_local(path):
+        return None
+    try:
+        return os.path.getsize(_local(path))
+    except OSError:
+        return None

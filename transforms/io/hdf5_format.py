@@ -9,7 +9,6 @@ object timestamps (`track_times=False`) and a fixed library format.
 
 from __future__ import annotations
 
-import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional
@@ -18,6 +17,7 @@ import h5py
 import numpy as np
 
 from transforms.core.encoded import EncodedRows
+from transforms.core.threads import machine_cpus
 
 __all__ = ["write_shard", "write_chunks", "encode_batches", "compress_chunk", "iter_shard", "shard_n_examples",
            "DATASET", "GZIP_LEVEL", "WRITE_BATCH_ROWS"]
@@ -56,7 +56,7 @@ def encode_batches(batches: Iterable[np.ndarray], *, on_batch: Optional[Callable
     Each batch is compressed on a thread pool (zlib releases the GIL) while
     `on_batch` looks at it (statistics) and the caller builds the next one.
     """
-    threads = threads or (os.cpu_count() or 1)
+    threads = threads or machine_cpus()
     chunks: list[bytes] = []
     with ThreadPoolExecutor(threads, thread_name_prefix="compress") as pool:
         pending: list = []

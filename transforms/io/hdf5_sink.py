@@ -2,9 +2,9 @@
 
     rows ─EncodeRows─► EncodedBlock (one compressed chunk per row, + row statistics)
        │
-       ├─(group, rows, key-range histogram)──► Layout (side input)
+       ├─(group sort key, name, rows)──► Layout (side input: O(groups + key ranges), never O(rows))
        │
-       └─► (file index, Piece) ─GroupByKey─► order by global position ─► write temp ─► rename ─► ShardResult
+       └─► (file index, piece) ─GroupByKey─► order by global position ─► write temp ─► rename ─► ShardResult
 
 Rows are compressed where they are made, in parallel with everything else,
 so only their final chunks (smaller than their tokens) cross the shuffle and
@@ -30,8 +30,9 @@ from transforms.core.detok import DetokCounter
 from transforms.core.encoded import EncodedRows
 from transforms.core.memory import release_free_memory
 from transforms.core.records import EncodedBlock, RowBlock, WindowBlock
-from transforms.core.sharding import Layout, range_histogram, row_keys, shard_name
+from transforms.core.sharding import Layout, shard_name
 from transforms.core.stats import H5_ROWS, real_lengths, row_stats
+from transforms.core.threads import process_threads
 from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.io import fs
@@ -59,20 +60,40 @@ class ShardResult:
     seconds: dict  # stage -> seconds spent on this file
 
 
-@dataclasses.dataclass
-class _Piece:
-    group_name: str
-    group_sort_key: tuple
-    rows: np.ndarray  # indices within the group
-    inline: Optional[EncodedRows]  # aligned with `rows`
-    stored: Optional[object]  # or a spill reference holding the whole group
+# A piece is the rows of one group bound for one file, as plain values (Beam encodes a tuple of
+# ints and bytes natively: a few bytes of overhead, where a pickled object costs hundreds, and a
+# shuffled group sends a piece of one or two rows to nearly every file):
+#   (group number, row indices as uint32 bytes, chunk lengths as uint32 bytes, chunks back to back)
+#   (group number, row indices as uint32 bytes, spill reference)  when the group's rows are stored
+_ROW_DTYPE = np.dtype("<u4")
+
+
+def _inline_piece(group: int, rows: np.ndarray, encoded: EncodedRows) -> tuple:
+    lengths = np.diff(encoded.offsets).astype(_ROW_DTYPE)
+    return group, rows.astype(_ROW_DTYPE).tobytes(), lengths.tobytes(), encoded.data.tobytes()
+
+
+def _piece_rows(piece: tuple) -> np.ndarray:
+    return np.frombuffer(piece[1], dtype=_ROW_DTYPE).astype(np.int64)
+
+
+def _piece_source(piece: tuple) -> tuple[EncodedRows, bool]:
+    """(the rows a piece refers to, whether they are the piece's own rows in order, not the whole group)."""
+    if len(piece) == 3:
+        return load_spilled(piece[2]), False
+    lengths = np.frombuffer(piece[2], dtype=_ROW_DTYPE)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return EncodedRows(np.frombuffer(piece[3], dtype=np.uint8), offsets), True
 
 
 class _EncodeFn(beam.DoFn):
-    def __init__(self, row_format: RowFormat, tokenizer_files: TokenizerFiles, gzip_level: int):
+    def __init__(self, row_format: RowFormat, tokenizer_files: TokenizerFiles, gzip_level: int,
+                 process_cpus: Optional[int]):
         self._format = row_format
         self._tokenizer_files = tokenizer_files
         self._level = gzip_level
+        self._threads = process_threads(process_cpus)
 
     def setup(self):
         self._detok = None
@@ -94,7 +115,7 @@ class _EncodeFn(beam.DoFn):
             for key, value in counters.items():
                 stats.totals[H5_ROWS + key] += int(value)
 
-        encoded = encode_batches(self._batches(block), on_batch=count, level=self._level)
+        encoded = encode_batches(self._batches(block), on_batch=count, level=self._level, threads=self._threads)
         release_free_memory()  # the batches of full rows and the chunk list
         stats.totals[TIME_PREFIX + "encode"] += int((time.perf_counter() - started) * 1000)
         yield EncodedBlock(block.group, len(encoded), rows=encoded, stats=stats)
@@ -120,19 +141,18 @@ class EncodeRows(beam.PTransform):
     block's stats under `H5_ROWS`.
     """
 
-    def __init__(self, row_format: RowFormat, tokenizer_files: TokenizerFiles, *, gzip_level: int = GZIP_LEVEL):
+    def __init__(self, row_format: RowFormat, tokenizer_files: TokenizerFiles, *, gzip_level: int = GZIP_LEVEL,
+                 process_cpus: Optional[int] = None):
+        """process_cpus: cores one worker process gets (None: all of this machine's)."""
         super().__init__()
-        self._fn = _EncodeFn(row_format, tokenizer_files, gzip_level)
+        self._fn = _EncodeFn(row_format, tokenizer_files, gzip_level, process_cpus)
 
     def expand(self, blocks):
         return blocks | "Encode" >> beam.ParDo(self._fn)
 
 
-def _meta(block: EncodedBlock, shuffle_seed: Optional[int]):
-    hist = None
-    if shuffle_seed is not None:
-        hist = range_histogram(row_keys(shuffle_seed, block.group.name, np.arange(block.n_rows)))
-    return block.group.sort_key, block.group.name, block.n_rows, hist
+def _meta(block: EncodedBlock) -> tuple:
+    return block.group.sort_key, block.group.name, block.n_rows
 
 
 def _make_layout(metas: list, shuffle_seed, files_per_record: int, num_output_files) -> Layout:
@@ -141,36 +161,40 @@ def _make_layout(metas: list, shuffle_seed, files_per_record: int, num_output_fi
 
 
 def _route(block: EncodedBlock, layout: Layout):
-    for f, rows in layout.route(block.group.name, block.n_rows):
-        inline = block.rows.take(rows) if block.rows is not None else None
-        yield f, _Piece(block.group.name, block.group.sort_key, rows, inline, block.stored)
+    group = layout.group_of(block.group.sort_key)
+    for f, rows in layout.route(group):
+        if block.rows is not None:
+            yield f, _inline_piece(group, rows, block.rows.take(rows))
+        else:
+            yield f, (group, rows.astype(_ROW_DTYPE).tobytes(), block.stored)
 
 
 class _FileRows:
     """The rows of one output file in global position order, fetched batch by batch from their sources.
 
     Only the order (two small integer arrays) is held for the whole file; the
-    tokens stay where they are (inline in the pieces, or in stored files) until
+    chunks stay where they are (inline in the pieces, or in stored files) until
     their batch is written, so memory does not grow with files_per_record.
     """
 
     def __init__(self, pieces: list, layout: Layout, index: int):
-        names = [p.group_name for p in pieces for _ in range(len(p.rows))]
-        sort_keys = [p.group_sort_key for p in pieces for _ in range(len(p.rows))]
-        rows = np.concatenate([p.rows for p in pieces]) if pieces else np.zeros(0, np.int64)
-        positions = layout.positions(names, sort_keys, rows.tolist())
+        rows = [_piece_rows(p) for p in pieces]
+        groups = np.concatenate([np.full(len(r), p[0], dtype=np.int64) for p, r in zip(pieces, rows)]) \
+            if pieces else np.zeros(0, np.int64)
+        positions = layout.positions(groups, np.concatenate(rows) if rows else np.zeros(0, np.int64))
         lo, hi = layout.files.starts[index], layout.files.starts[index + 1]
         self._sources, source_of, local, kept = [], [], [], []
         start = 0
-        for p in pieces:
-            pos = positions[start:start + len(p.rows)]
-            start += len(p.rows)
+        for p, r in zip(pieces, rows):
+            pos = positions[start:start + len(r)]
+            start += len(r)
             mine = np.flatnonzero((pos >= lo) & (pos < hi))
             if not len(mine):
                 continue
-            self._sources.append(p.inline if p.inline is not None else load_spilled(p.stored))
+            source, own = _piece_source(p)
+            self._sources.append(source)
             source_of.append(np.full(len(mine), len(self._sources) - 1, dtype=np.int32))
-            local.append(mine if p.inline is not None else p.rows[mine])
+            local.append(mine if own else r[mine])
             kept.append(pos[mine])
         order = np.argsort(np.concatenate(kept)) if kept else np.zeros(0, np.int64)
         if len(order) != hi - lo:
@@ -245,7 +269,7 @@ class WriteHdf5Shards(beam.PTransform):
     def expand(self, blocks):
         layout = (
             blocks
-            | "GroupMeta" >> beam.Map(_meta, self._shuffle_seed)
+            | "GroupMeta" >> beam.Map(_meta)
             | "AllGroupMeta" >> beam.combiners.ToList()
             | "Layout" >> beam.Map(_make_layout, self._shuffle_seed, self._files_per_record, self._num_output_files)
         )

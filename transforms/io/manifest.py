@@ -1,4 +1,4 @@
-"""The files written after every shard: dead letters, then data_params.json last.
+"""The file written after every shard and dead letter: data_params.json, last.
 
 data_params.json is the completion marker: it is written only once every
 shard is committed, so its presence means the dataset is complete.
@@ -6,14 +6,11 @@ shard is committed, so its presence means the dataset is complete.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from collections import Counter
 
 import apache_beam as beam
 
-from transforms.core.records import BadRecord
 from transforms.core.stats import (H5_ROWS, ROWS_DROPPED, Stats, check_accounting, h5_stats_section, input_section,
                                    merge, post_process_section)
 from transforms.core.timing import TIME_PREFIX
@@ -21,13 +18,9 @@ from transforms.io import fs
 
 STAGES = ("read", "normalize", "tokenize", "pack", "fim", "encode", "shuffle", "write")
 
-__all__ = ["WriteDeadLetters", "WriteDatasetParams", "MergeStats", "PARAMS_FILE", "DEAD_LETTER_DIR",
-           "dead_letter_file_name"]
+__all__ = ["WriteDatasetParams", "MergeStats", "PARAMS_FILE"]
 
 PARAMS_FILE = "data_params.json"
-DEAD_LETTER_DIR = "dead_letter"
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_NAME_TAIL = 100  # characters of the sanitized source path kept in a dead-letter file name
 
 
 class MergeStats(beam.CombineFn):
@@ -44,53 +37,6 @@ class MergeStats(beam.CombineFn):
 
     def extract_output(self, acc):
         return acc
-
-
-def dead_letter_file_name(source: str) -> str:
-    """The dead-letter file of one source: readable, safe on every file system, unique.
-
-    The tail of the sanitized path keeps the name readable; a digest of the
-    whole path keeps two sources whose sanitized names collide apart.
-    """
-    readable = _UNSAFE.sub("_", source).strip("._-")[-_NAME_TAIL:].lstrip("._-") or "source"
-    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return f"{readable}.{digest}.jsonl"
-
-
-def _sort_key(record: BadRecord) -> tuple:
-    return (record.member or "", -1 if record.line is None else record.line, record.reason, record.detail)
-
-
-def _write_source_dead_letters(item: tuple, output_dir: str) -> int:
-    """Write one source's bad records, sorted by (member, line), to their own file."""
-    source, records = item
-    records = sorted(records, key=_sort_key)
-    lines = "".join(json.dumps(r.to_json(), ensure_ascii=False, sort_keys=True) + "\n" for r in records)
-    directory = fs.join(output_dir, DEAD_LETTER_DIR)
-    fs.makedirs(directory)
-    fs.write_text_atomic(fs.join(directory, dead_letter_file_name(source)), lines)
-    return len(records)
-
-
-class WriteDeadLetters(beam.PTransform):
-    """PCollection[BadRecord] -> PCollection[int] (one element: records written).
-
-    One JSONL file per source file under OUT/dead_letter/ (`dead_letter_file_name`),
-    its records sorted by (member, line), so the output does not depend on the
-    runner. Only one source's records are ever held together (a GroupByKey per
-    source), each with its raw bytes already cut to a preview by the reader.
-    """
-
-    def __init__(self, output_dir: str):
-        super().__init__()
-        self._output_dir = output_dir
-
-    def expand(self, records):
-        return (records
-                | "BySource" >> beam.Map(lambda r: (r.source, r))
-                | "GroupBySource" >> beam.GroupByKey()
-                | "WriteSourceDeadLetters" >> beam.Map(_write_source_dead_letters, self._output_dir)
-                | "CountDeadLetters" >> beam.CombineGlobally(sum))
 
 
 def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad_id: int, vocab_size: int,

@@ -1,67 +1,223 @@
-"""ReadCorpus: input files -> one DocBatch per packing group, plus dead letters.
+"""ReadCorpus: input files -> one DocBatch per packing group, plus dead-letter parts.
 
-A packing group is a whole file, or a fixed slice of a large file (the first
-documents adding up to `group_bytes` of text, then the next, ...). The slice
-boundaries depend only on the file's content, so the packing does too.
+    InputFile ─PlanUnits─► WorkUnit ─Reshuffle─► ReadUnits ─► DocBatch (one per packing group)
+                                                          ├─► DocBatch of a large serial file ─Reshuffle─┘ (fan_out)
+                                                          └─► DeadLetterPart
+
+A large .jsonl or .parquet file is planned as several work units that
+workers read in parallel (transforms.core.units says how its packing groups
+are fixed). A file that can only be read in order (a compressed stream, a
+tar) is read by one worker, which cuts it into packing groups of
+`group_bytes` of text; with `fan_out`, the groups of such a file are handed
+to other workers through a Reshuffle as soon as the file turns out to hold
+more than one, so tokenizing it does not wait on one core.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from typing import Optional
+from typing import Iterator, Optional
 
 import apache_beam as beam
 from apache_beam import pvalue
 
-from transforms.core.records import BadRecord, DocBatch, Document, GroupId, InputFile
+from transforms.core.records import BYTES, ROWS, BadRecord, DeadLetterPart, DocBatch, Document, GroupId, InputFile, \
+    WorkUnit
 from transforms.core.stats import Stats
 from transforms.core.timing import TIME_PREFIX
-from transforms.io import progress
-from transforms.io.readers import read_records
+from transforms.core.units import jsonl_units, parquet_units, whole_file
+from transforms.io import fs, progress
+from transforms.io.discover import extension_of
+from transforms.io.readers import file_size, parquet_shape, read_records
 
-__all__ = ["ReadCorpus", "DOCS", "DEAD_LETTERS"]
+__all__ = ["ReadCorpus", "ReadInputManifest", "write_input_manifest", "DOCS", "DEAD_LETTERS",
+           "DEAD_LETTER_PART_RECORDS"]
 
 DOCS = "docs"
 DEAD_LETTERS = "dead_letters"
+_FAN_OUT = "fan_out"
 PROGRESS_STEP = 1 << 20  # text bytes between progress bar updates
+# Bad records per dead-letter part: bounds what a reader holds (each keeps at most a 1 KiB preview).
+DEAD_LETTER_PART_RECORDS = 4096
 
 
-class _ReadFileFn(beam.DoFn):
-    def __init__(self, keys: tuple, join_keys: bool, group_bytes: int, max_record_bytes: int,
+# ---------------------------------------------------------------- the input manifest
+
+
+def write_input_manifest(path: str, files) -> None:
+    """The input files, one JSON object per line: the job graph carries this file's name, not the list."""
+    lines = "".join(json.dumps({"index": f.index, "path": f.path, "relpath": f.relpath, "size": f.size},
+                               ensure_ascii=False) + "\n" for f in files)
+    fs.write_text_atomic(path, lines)
+
+
+def _read_input_manifest(path: str) -> Iterator[InputFile]:
+    for line in fs.read_bytes(path).decode("utf-8").splitlines():
+        if line:
+            yield InputFile(**json.loads(line))
+
+
+class ReadInputManifest(beam.PTransform):
+    """PBegin -> PCollection[InputFile]: the files listed by `write_input_manifest`, read on a worker."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self._path = path
+
+    def expand(self, pbegin):
+        return (pbegin
+                | "ManifestPath" >> beam.Create([self._path])
+                | "ListInputFiles" >> beam.FlatMap(_read_input_manifest))
+
+
+# ---------------------------------------------------------------- planning
+
+
+def plan_units(f: InputFile, keys: tuple, group_bytes: int, unit_groups: int) -> list[WorkUnit]:
+    """The work units of one file; a file whose layout cannot be read is one WHOLE unit (the reader reports why)."""
+    ext = extension_of(f.path)
+    if ext == ".jsonl":
+        size = f.size if f.size is not None else file_size(f.path)
+        if size is not None:
+            return jsonl_units(f, size, group_bytes, unit_groups)
+    elif ext == ".parquet":
+        shape = parquet_shape(f.path, keys)
+        if shape is not None:
+            return parquet_units(f, shape[0], shape[1], group_bytes, unit_groups)
+    return whole_file(f)
+
+
+# ---------------------------------------------------------------- reading
+
+
+class _DeadLetters:
+    """A work unit's bad records, handed on in parts of DEAD_LETTER_PART_RECORDS."""
+
+    def __init__(self, unit: WorkUnit):
+        self._unit = unit
+        self._records: list = []
+        self._part = 0
+        # Lines of a .jsonl unit after the first are numbered from its own start;
+        # every unit of a split .jsonl file says how many lines it read, so the sink can renumber them.
+        self._relative = unit.kind == BYTES and unit.first_group > 0
+        self._report_lines = unit.kind == BYTES and unit.end_group - unit.first_group < unit.num_groups
+
+    def _part_of(self, records: list, lines: Optional[int]) -> DeadLetterPart:
+        u = self._unit
+        part = DeadLetterPart(u.file.path, u.first_group, u.end_group, self._part, records, self._relative, lines)
+        self._part += 1
+        return part
+
+    def add(self, record: BadRecord) -> Optional[DeadLetterPart]:
+        self._records.append(record)
+        if len(self._records) < DEAD_LETTER_PART_RECORDS:
+            return None
+        records, self._records = self._records, []
+        return self._part_of(records, None)
+
+    def finish(self, lines: int) -> Optional[DeadLetterPart]:
+        if not self._records and not self._report_lines:
+            return None
+        records, self._records = self._records, []
+        return self._part_of(records, lines if self._report_lines else None)
+
+
+_END = object()  # after the last record of a group
+
+
+def _records(unit: WorkUnit, keys: tuple, max_record_bytes: int):
+    """(group index, record) in file order; for BYTES and ROWS units also (k, _END) after group k.
+
+    A WHOLE unit yields None for the group: the reader cuts it by size as it goes.
+    """
+    f = unit.file
+    if unit.kind == BYTES:
+        line = 0
+        for k in range(unit.first_group, unit.end_group):
+            end = None if k == unit.num_groups - 1 else (k + 1) * unit.group_size
+            for record in read_records(f.path, keys, max_record_bytes, byte_range=(k * unit.group_size, end),
+                                       first_line=line):
+                line += 1
+                yield k, record
+            yield k, _END
+    elif unit.kind == ROWS:
+        k = unit.first_group
+        for record in read_records(f.path, keys, max_record_bytes, rows=unit.span):
+            # A record of a row group that failed to read has the first row of the failure.
+            row = record.index if type(record) is Document else (record.line or 0)
+            while row >= (k + 1) * unit.group_size and k < unit.end_group - 1:
+                yield k, _END
+                k += 1
+            yield k, record
+        for k in range(k, unit.end_group):
+            yield k, _END
+    else:
+        for record in read_records(f.path, keys, max_record_bytes):
+            yield None, record
+
+
+class _ReadUnitFn(beam.DoFn):
+    def __init__(self, keys: tuple, join_keys: bool, group_bytes: int, max_record_bytes: int, fan_out: bool,
                  progress_total: Optional[int]):
         self._keys = keys
-        self._max_record_bytes = max_record_bytes
         self._join_keys = join_keys
         self._group_bytes = group_bytes
+        self._max_record_bytes = max_record_bytes
+        self._fan_out = fan_out
         self._progress_total = progress_total  # None: no progress bar
         self._docs = beam.metrics.Metrics.counter("read", "documents")
         self._bad = beam.metrics.Metrics.counter("read", "bad_records")
         self._bytes = beam.metrics.Metrics.counter("read", "text_bytes")
 
-    def _progress(self, nbytes: int) -> None:
-        if self._progress_total and nbytes > 0:
-            progress.advance(nbytes, self._progress_total)
-
     def teardown(self):
         if self._progress_total:
             progress.close()
 
-    def process(self, f: InputFile):
-        slice_index, docs, size = 0, [], 0
-        stats = Stats()
-        shown, pending = 0, 0  # progress shown for this file (file bytes), text read since
+    def process(self, unit: WorkUnit):
+        f = unit.file
+        letters = _DeadLetters(unit)
+        budget = unit.storage_bytes  # progress shown for this unit stays within its share of the file
+        shown, pending = 0, 0
+        lines = 0
+        docs, stats, size = [], Stats(), 0  # the group being read
+        held: Optional[DocBatch] = None  # a serial file's first group, until we know whether more follow
         started = time.perf_counter()  # reading time only: downstream work runs while we are suspended
 
-        def batch() -> DocBatch:
-            stats.totals[TIME_PREFIX + "read"] += int((time.perf_counter() - started) * 1000)
-            return DocBatch(GroupId(f.index, slice_index, f.path, f.relpath), docs, stats)
+        def group(k: int) -> DocBatch:
+            nonlocal docs, stats, size, started
+            out = DocBatch(GroupId(f.index, k, f.path, f.relpath), docs, stats)
+            out.stats.totals[TIME_PREFIX + "read"] += int((time.perf_counter() - started) * 1000)
+            docs, stats, size, started = [], Stats(), 0, time.perf_counter()
+            return out
 
-        for record in read_records(f.path, self._keys, max_record_bytes=self._max_record_bytes):
+        def hand_on(batch: DocBatch):
+            nonlocal held
+            if unit.kind in (BYTES, ROWS) or not self._fan_out:
+                yield batch
+            elif held is None and batch.group.slice_index == 0:
+                held = batch
+            else:
+                if held is not None:
+                    yield pvalue.TaggedOutput(_FAN_OUT, held)
+                    held = None
+                yield pvalue.TaggedOutput(_FAN_OUT, batch)
+
+        k = unit.first_group
+        for at, record in _records(unit, self._keys, self._max_record_bytes):
+            if at is not None:
+                k = at
+            if record is _END:
+                yield from hand_on(group(k))
+                continue
+            lines += 1
             stats.add("docs_read", 1, f.path)
-            if isinstance(record, BadRecord):
+            if type(record) is BadRecord:
                 stats.add(f"bad.{record.reason}", 1, f.path)
                 self._bad.inc()
-                yield pvalue.TaggedOutput(DEAD_LETTERS, record)
+                part = letters.add(record)
+                if part is not None:
+                    yield pvalue.TaggedOutput(DEAD_LETTERS, part)
                 continue
             if self._join_keys and len(record.values) > 1:
                 record = Document(record.index, ("\n\n".join(record.values),), record.member)
@@ -72,34 +228,58 @@ class _ReadFileFn(beam.DoFn):
             docs.append(record)
             size += doc_bytes
             pending += doc_bytes
-            if pending >= PROGRESS_STEP and f.size:
-                # Text and file sizes differ (compression): advance by text, never past the file.
-                step = min(pending, f.size - shown)
+            if pending >= PROGRESS_STEP and budget:
+                # Text and file sizes differ (compression): advance by text, never past the unit's share.
+                step = min(pending, budget - shown)
                 self._progress(step)
                 shown, pending = shown + step, 0
-            if size >= self._group_bytes:
-                yield batch()
-                slice_index, docs, size, stats = slice_index + 1, [], 0, Stats()
-                started = time.perf_counter()
-        # Always emit the last group, even empty: it carries the file's counts.
-        if docs or slice_index == 0 or stats.totals:
-            yield batch()
-        self._progress(f.size - shown)
+            if unit.kind not in (BYTES, ROWS) and size >= self._group_bytes:
+                yield from hand_on(group(k))
+                k += 1
+        if unit.kind not in (BYTES, ROWS) and (docs or k == 0 or stats.totals):
+            # Always the last group, even empty: it may carry the file's counts.
+            yield from hand_on(group(k))
+        if held is not None:
+            yield held  # the file held one group: it stays on this worker
+        part = letters.finish(lines)
+        if part is not None:
+            yield pvalue.TaggedOutput(DEAD_LETTERS, part)
+        self._progress(budget - shown)
+
+    def _progress(self, nbytes: int) -> None:
+        if self._progress_total and nbytes > 0:
+            progress.advance(nbytes, self._progress_total)
 
 
 class ReadCorpus(beam.PTransform):
-    """PCollection[InputFile] -> {DOCS: DocBatch, DEAD_LETTERS: BadRecord}."""
+    """PCollection[InputFile] -> {DOCS: DocBatch, DEAD_LETTERS: DeadLetterPart}."""
 
     def __init__(self, *, keys: tuple, join_keys: bool, group_bytes: int, max_record_bytes: int = 256 << 20,
-                 progress_total: Optional[int] = None):
-        """progress_total: input bytes, to draw a progress bar in this process (None: no bar)."""
+                 unit_groups: int = 1, fan_out: bool = False, progress_total: Optional[int] = None):
+        """unit_groups: packing groups per work unit of a .jsonl/.parquet file (who reads what, not the output).
+
+        fan_out: hand the groups of a file read in order to other workers (a
+        distributed runner); locally the Reshuffle would only hold them in memory.
+        progress_total: input bytes, to draw a progress bar in this process (None: no bar).
+        """
         super().__init__()
-        self._fn = _ReadFileFn(keys, join_keys, group_bytes, max_record_bytes, progress_total)
+        self._keys = keys
+        self._group_bytes = group_bytes
+        self._unit_groups = unit_groups
+        self._fan_out = fan_out
+        self._fn = _ReadUnitFn(keys, join_keys, group_bytes, max_record_bytes, fan_out, progress_total)
 
     def expand(self, files):
-        return (
+        read = (
             files
-            # Spread files over workers: Create emits them in one bundle.
+            # Spread files over workers: they arrive in one bundle.
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadFiles" >> beam.ParDo(self._fn).with_outputs(DEAD_LETTERS, main=DOCS)
+            | "PlanUnits" >> beam.FlatMap(plan_units, self._keys, self._group_bytes, self._unit_groups)
+            | "SpreadUnits" >> beam.Reshuffle()
+            | "ReadUnits" >> beam.ParDo(self._fn).with_outputs(_FAN_OUT, DEAD_LETTERS, main=DOCS)
         )
+        docs = read[DOCS]
+        if self._fan_out:
+            fanned = read[_FAN_OUT] | "FanOutGroups" >> beam.Reshuffle()
+            docs = (docs, fanned) | "AllGroups" >> beam.Flatten()
+        return {DOCS: docs, DEAD_LETTERS: read[DEAD_LETTERS]}

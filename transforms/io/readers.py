@@ -44,7 +44,7 @@ from transforms.core.records import (
 )
 from transforms.io.discover import extension_of
 
-__all__ = ["Record", "read_records", "MAX_RECORD_BYTES"]
+__all__ = ["Record", "read_records", "MAX_RECORD_BYTES", "file_size", "parquet_shape"]
 
 Record = Union[Document, BadRecord]
 
@@ -88,7 +88,9 @@ class _StreamDamage(Exception):
         self.fatal = fatal
 
 
-def read_records(path: str, keys: tuple[str, ...], max_record_bytes: Optional[int] = None) -> Iterator[Record]:
+def read_records(path: str, keys: tuple[str, ...], max_record_bytes: Optional[int] = None, *,
+                 byte_range: Optional[tuple[int, Optional[int]]] = None, rows: Optional[tuple[int, int]] = None,
+                 first_line: int = 0) -> Iterator[Record]:
     """Yield the Documents and BadRecords of one input file, in file order.
 
     Never raises for bad data; a file that is missing or cannot be read yields
@@ -97,6 +99,10 @@ def read_records(path: str, keys: tuple[str, ...], max_record_bytes: Optional[in
     error of the storage but _PERMANENT_IO_ERRORS) so that the runner retries.
     A JSON line or .txt file longer than `max_record_bytes` (default
     MAX_RECORD_BYTES) becomes one TOO_LONG record.
+
+    Part of a file only: `byte_range` (.jsonl) reads the lines whose first
+    byte lies in [start, end) (end None: to the end of the file), numbering
+    them from `first_line`; `rows` (.parquet) reads rows [start, stop).
     """
     keys = tuple(keys)
     if not keys:
@@ -107,6 +113,15 @@ def read_records(path: str, keys: tuple[str, ...], max_record_bytes: Optional[in
     cap = MAX_RECORD_BYTES if max_record_bytes is None else int(max_record_bytes)
     if cap < 1:
         raise ValueError(f"max_record_bytes must be positive, got {cap}")
+    part: dict = {}
+    if byte_range is not None or first_line:
+        if ext != ".jsonl":
+            raise ValueError(f"only .jsonl files are read by byte range: {path}")
+        part = {"byte_range": byte_range or (0, None), "first_line": first_line}
+    if rows is not None:
+        if ext != ".parquet":
+            raise ValueError(f"only .parquet files are read by row range: {path}")
+        part = {"rows": rows}
     reader = _READERS[ext]
     try:
         raw = fsspec.open(path, "rb").open()
@@ -117,11 +132,62 @@ def read_records(path: str, keys: tuple[str, ...], max_record_bytes: Optional[in
         return
     src = _StorageFile(raw)
     with raw:
-        for record in reader(src, path, keys, cap):
+        for record in reader(src, path, keys, cap, **part):
             if type(record) is BadRecord and _is_transient(src.error):
                 # This record would only say that the storage failed: retry instead.
                 raise src.error  # type: ignore[misc]
             yield record
+
+
+def file_size(path: str) -> Optional[int]:
+    """Bytes of a file, or None if it is missing or not a file (the reader then says so).
+
+    A transient storage error is raised, so that the runner retries.
+    """
+    try:
+        fs, p = fsspec.core.url_to_fs(path)
+        info = fs.info(p)
+    except (OSError, ValueError) as e:
+        if _is_transient(e):
+            raise
+        return None
+    if info.get("type") not in ("file", None) or info.get("size") is None:
+        return None
+    return int(info["size"])
+
+
+def parquet_shape(path: str, keys: tuple[str, ...]) -> Optional[tuple[int, int]]:
+    """(rows, uncompressed bytes of the `keys` columns) from a parquet footer; None if unusable.
+
+    None (a footer that cannot be read, a missing column) leaves the file to
+    be read whole, and the reader reports the problem as it does for any file.
+    """
+    try:
+        with fsspec.open(path, "rb") as raw:
+            src = _StorageFile(raw)
+            try:
+                meta = pq.ParquetFile(src).metadata
+            except (pa.ArrowException, OSError, ValueError):
+                if _is_transient(src.error):
+                    raise src.error  # type: ignore[misc]
+                return None
+    except (OSError, ValueError) as e:
+        if _is_transient(e):
+            raise
+        return None
+    wanted = set(keys)
+    data_bytes, found = 0, set()
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            column = group.column(c)
+            top = column.path_in_schema.split(".", 1)[0]
+            if top in wanted:
+                found.add(top)
+                data_bytes += column.total_uncompressed_size
+    if meta.num_row_groups and found != wanted:
+        return None
+    return int(meta.num_rows), int(data_bytes)
 
 
 def _is_transient(error: Optional[BaseException]) -> bool:
@@ -224,7 +290,7 @@ LineParser = Callable[[bytes, int], Record]
 
 
 def _line_parser(
-    source: str, keys: tuple[str, ...], member: Optional[str], strip_strings: bool
+    source: str, keys: tuple[str, ...], member: Optional[str], strip_strings: bool, first_index: int = 0
 ) -> LineParser:
     """A function turning one raw line (without b"\\n") into a Document or BadRecord."""
     single = keys[0] if len(keys) == 1 else None
@@ -245,7 +311,7 @@ def _line_parser(
         return Document(index, tuple(values), member)
 
     def parse(line: bytes, index: int) -> Record:
-        if not index and line[:3] == codecs.BOM_UTF8:
+        if index == first_index and line[:3] == codecs.BOM_UTF8:
             # A byte order mark is encoding, not content; json would reject it.
             line = line[3:]
         try:
@@ -291,6 +357,8 @@ def _json_lines(
     cap: int,
     member: Optional[str] = None,
     strip_strings: bool = False,
+    first_index: int = 0,
+    at_file_start: bool = True,
 ) -> Iterator[Record]:
     """Records of a JSON-lines byte stream; split on b"\\n" only.
 
@@ -300,10 +368,11 @@ def _json_lines(
     complete line before the damage is kept, then one BadRecord carries the
     partial line. A line longer than `cap` bytes is one TOO_LONG record, and
     only its first bytes are ever held. Returns True when the damage was
-    fatal to a container.
+    fatal to a container. Lines are numbered from `first_index`; a byte order
+    mark is dropped only from the first line of a file (`at_file_start`).
     """
-    parse = _line_parser(source, keys, member, strip_strings)
-    index = 0
+    parse = _line_parser(source, keys, member, strip_strings, first_index if at_file_start else -1)
+    index = first_index
     pending: list[bytes] = []  # pieces of a line longer than a block
     pending_size = 0
     oversize: Optional[bytes] = None  # preview of a line skipped for its length
@@ -350,7 +419,7 @@ def _json_lines(
     except _StreamDamage as damage:
         reason = damage.reason
         if reason is None:
-            reason = TRUNCATED_STREAM if index or pending or oversize is not None else UNREADABLE_FILE
+            reason = TRUNCATED_STREAM if index > first_index or pending or oversize is not None else UNREADABLE_FILE
         raw = (oversize if oversize is not None else b"".join(pending))[:_RAW_CAP]
         line_no = index + 1 if reason == TRUNCATED_STREAM else None
         yield BadRecord(source, line_no, reason, raw, member, damage.detail[:_DETAIL_CAP])
@@ -442,8 +511,62 @@ def _damage(progress: bool, detail: str) -> _StreamDamage:
 # ---------------------------------------------------------------- formats
 
 
-def _read_jsonl(fh, source: str, keys: tuple[str, ...], cap: int) -> Iterator[Record]:
-    yield from _json_lines(_raw_blocks(fh), source, keys, cap)
+def _read_jsonl(fh, source: str, keys: tuple[str, ...], cap: int, byte_range: Optional[tuple] = None,
+                first_line: int = 0) -> Iterator[Record]:
+    if byte_range is None or byte_range == (0, None):
+        yield from _json_lines(_raw_blocks(fh), source, keys, cap, first_index=first_line)
+        return
+    start, end = byte_range
+    yield from _json_lines(_range_blocks(fh, start, end), source, keys, cap, first_index=first_line,
+                           at_file_start=start == 0)
+
+
+def _range_blocks(fh, start: int, end: Optional[int]) -> Iterator[bytes]:
+    """The bytes of exactly the lines whose first byte lies in [start, end) (end None: to the end).
+
+    A line starts at 0 and after every b"\n". The first line of the range is
+    found by skipping to the first b"\n" at or after start - 1; the last one
+    is the line holding byte end - 1, read to its b"\n" even past `end`.
+    """
+    pos = 0  # file offset of the first byte of `block`
+    block = b""
+    if start > 0:
+        try:
+            fh.seek(start - 1)
+        except _READ_ERRORS as e:
+            raise _StreamDamage(None, f"seek error: {_short(e)}", fatal=True) from None
+        pos = start - 1
+        blocks = _raw_blocks(fh)
+        for block in blocks:
+            i = block.find(b"\n")
+            if i >= 0:
+                pos, block = pos + i + 1, block[i + 1:]
+                break
+            pos += len(block)
+        else:
+            return  # no line starts at or after `start`
+    else:
+        blocks = _raw_blocks(fh)
+    if end is None:
+        if block:
+            yield block
+        yield from blocks
+        return
+    if pos >= end:
+        return
+    cut = end - 1  # the line holding this byte is the last one of the range
+    while True:
+        if block:
+            if pos + len(block) > cut:
+                i = block.find(b"\n", max(cut - pos, 0))
+                if i >= 0:
+                    yield block[:i + 1]
+                    return
+            yield block
+            pos += len(block)
+        block = next(blocks, None)
+        if block is None:
+            return
 
 
 def _read_jsonl_zst(fh, source: str, keys: tuple[str, ...], cap: int) -> Iterator[Record]:
@@ -519,7 +642,8 @@ def _read_txt(fh, source: str, keys: tuple[str, ...], cap: int) -> Iterator[Reco
     yield Document(0, (text,))
 
 
-def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int) -> Iterator[Record]:
+def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int,
+                  rows: Optional[tuple[int, int]] = None) -> Iterator[Record]:
     try:
         pfile = pq.ParquetFile(fh)
         names = set(pfile.schema_arrow.names)
@@ -534,21 +658,40 @@ def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int) -> Iterator[
             detail=f"column(s) {missing} not in parquet file (has {sorted(names)})"[:_DETAIL_CAP],
         )
         return
+    start, stop = rows if rows is not None else (0, sum(group_rows))
     columns = list(dict.fromkeys(keys))
     first_row = 0
     for group, num_rows in enumerate(group_rows):
-        try:
-            table = pfile.read_row_group(group, columns=columns)
-            cols = [_column_values(table.column(k)) for k in keys]
-        except (pa.ArrowException, OSError, ValueError) as e:
-            # Rows of other row groups are still good; keep going.
-            yield BadRecord(
-                source, first_row, UNREADABLE_FILE,
-                detail=f"row group {group} ({num_rows} rows) unreadable: {_short(e)}"[:_DETAIL_CAP],
-            )
-        else:
-            yield from _parquet_rows(cols, first_row, source, keys)
+        lo, hi = max(first_row, start), min(first_row + num_rows, stop)
+        if lo < hi:
+            try:
+                # Arrow's columns are compact; Python strings are made a slice at a time.
+                table = pfile.read_row_group(group, columns=columns)
+            except (pa.ArrowException, OSError, ValueError) as e:
+                # Rows of other row groups are still good; keep going.
+                yield BadRecord(
+                    source, lo, UNREADABLE_FILE,
+                    detail=f"row group {group} ({num_rows} rows) unreadable: {_short(e)}"[:_DETAIL_CAP],
+                )
+            else:
+                for a in range(lo, hi, _PARQUET_SLICE_ROWS):
+                    piece = table.slice(a - first_row, min(_PARQUET_SLICE_ROWS, hi - a))
+                    try:
+                        cols = [_column_values(piece.column(k)) for k in keys]
+                    except (pa.ArrowException, ValueError) as e:
+                        yield BadRecord(source, a, UNREADABLE_FILE,
+                                        detail=f"rows {a}..{a + piece.num_rows - 1} unreadable: {_short(e)}"
+                                        [:_DETAIL_CAP])
+                        continue
+                    yield from _parquet_rows(cols, a, source, keys)
+                del table
         first_row += num_rows
+        if first_row >= stop:
+            break
+
+
+# Rows turned into Python strings at a time.
+_PARQUET_SLICE_ROWS = 8192
 
 
 class _BadUtf8:

@@ -6,6 +6,7 @@ import collections
 import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Optional
 
 import apache_beam as beam
 import numpy as np
@@ -14,6 +15,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from transforms.core.memory import release_free_memory
 from transforms.core.records import DocBatch, GroupId, TokenBatch
 from transforms.core.stats import Stats
+from transforms.core.threads import limit_native_threads
 from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer, tokenize_documents
 
@@ -57,8 +59,9 @@ class _TokenizeFn(beam.DoFn):
     """
 
     def __init__(self, files: TokenizerFiles, split_len, remove_bos_in_chunks: bool, append_eos: bool,
-                 drop_bos: bool):
+                 drop_bos: bool, process_cpus: Optional[int] = None):
         self._files = files
+        self._process_cpus = process_cpus
         self._drop_bos = drop_bos
         self._split_len = split_len
         self._remove_bos = remove_bos_in_chunks
@@ -69,6 +72,7 @@ class _TokenizeFn(beam.DoFn):
         self._tokens = beam.metrics.Metrics.counter("tokenize", "tokens")
 
     def setup(self):
+        limit_native_threads(self._process_cpus)  # before the tokenizer's first encode starts its pool
         tok = shared_tokenizer(self._files.load())
         self._tokenizer = tok.without_bos() if self._drop_bos and tok.adds_bos else tok
         self._pool = ThreadPoolExecutor(ENCODE_THREADS, thread_name_prefix="tokenize")
@@ -152,9 +156,10 @@ class TokenizeDocuments(beam.PTransform):
     """
 
     def __init__(self, files: TokenizerFiles, *, split_len=None, remove_bos_in_chunks: bool = False,
-                 append_eos: bool = True, drop_bos: bool = False):
+                 append_eos: bool = True, drop_bos: bool = False, process_cpus: Optional[int] = None):
+        """process_cpus: cores one worker process gets (None: all of this machine's)."""
         super().__init__()
-        self._fn = _TokenizeFn(files, split_len, remove_bos_in_chunks, append_eos, drop_bos)
+        self._fn = _TokenizeFn(files, split_len, remove_bos_in_chunks, append_eos, drop_bos, process_cpus)
 
     def expand(self, batches):
         return batches | "Tokenize" >> beam.ParDo(self._fn)

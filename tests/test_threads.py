@@ -1,0 +1,59 @@
+"""Threads per worker process: sized by what the runner gives a process, not by the machine's cores."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pipelines.create_hdf5_dataset import _beam_options, _process_cpus
+from tests.helpers import ROOT
+from transforms.core.threads import machine_cpus, process_threads
+from transforms.io.hdf5_sink import _EncodeFn
+
+_COUNT_ENCODER_THREADS = """
+import os, sys
+from transforms.core.threads import limit_native_threads
+from transforms.core.tokenizer import build_tokenizer
+from transforms.io.tokenizer_files import read_tokenizer_files
+limit_native_threads(int(sys.argv[1]) if sys.argv[1] != "none" else None)
+tok = build_tokenizer(read_tokenizer_files("GPT2Tokenizer", vocab_file="data/tokenizers/gpt2/vocab.bpe",
+                                           encoder_file="data/tokenizers/gpt2/encoder.json"))
+before = len(os.listdir("/proc/self/task"))
+tok.encode_batch(["a few words to encode " * 20] * 4000)
+print(len(os.listdir("/proc/self/task")) - before)
+"""
+
+
+def _encoder_threads(limit: str, env: dict) -> int:
+    proc = subprocess.run([sys.executable, "-c", _COUNT_ENCODER_THREADS, limit], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return int(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_the_tokenizer_pool_gets_the_process_share():
+    env = {k: v for k, v in os.environ.items() if k != "RAYON_NUM_THREADS"}
+    assert _encoder_threads("1", env) == 1
+    assert _encoder_threads("3", env) == 3  # more than this machine may have: the setting, not the cores
+    assert _encoder_threads("none", env) == machine_cpus()
+    assert _encoder_threads("1", {**env, "RAYON_NUM_THREADS": "2"}) == 2  # the user's own setting wins
+
+
+def test_cores_per_process_follow_the_runner():
+    dataflow = ["--runner", "DataflowRunner", "--project", "p", "--region", "r", "--temp_location", "gs://b/t"]
+    assert _process_cpus(_beam_options(dataflow)) == 1  # Dataflow: one SDK process per vCPU
+    assert _process_cpus(_beam_options(dataflow + ["--experiments", "no_use_multiple_sdk_containers"])) is None
+    assert _process_cpus(_beam_options(["--runner", "FnApiRunner"])) is None
+    two = _beam_options(["--runner", "DirectRunner", "--direct_running_mode", "multi_processing",
+                         "--direct_num_workers", "2"])
+    assert _process_cpus(two) == max(1, machine_cpus() // 2)
+
+
+def test_compression_threads_follow_the_process_share():
+    assert _EncodeFn(None, None, 4, 1)._threads == 1
+    assert _EncodeFn(None, None, 4, 3)._threads == 3
+    assert _EncodeFn(None, None, 4, None)._threads == machine_cpus() == process_threads(None)
