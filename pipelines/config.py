@@ -79,8 +79,9 @@ SETTINGS: tuple[Setting, ...] = (
     _s("shuffle", "processing", "bool", False, "globally shuffle the output sequences"),
     _s("shuffle_seed", "processing", "int", 0, "seed of the global shuffle"),
     _s("shuffle_strategy", "processing", "str", "auto",
-       "how rows reach the writers: disk (local spill files, bounded memory, resumable), runner (the "
-       "runner's GroupByKey, for Dataflow), auto (disk on local runners, runner otherwise)"),
+       "where packed rows wait for the writers: disk (files: on local disk for a local runner, under "
+       "output_dir/.tmp for a distributed one; bounded memory, resumable), runner (the runner's GroupByKey), "
+       "auto (disk, unless a distributed runner writes to a local output_dir)"),
     _s("split_text_to_tokenize", "processing", "bool", False, "tokenize long texts in pieces", modes=_LM_FIM),
     _s("chunk_len_to_split", "processing", "int", 2000, "characters per piece", modes=_LM_FIM),
     _s("remove_bos_in_chunks", "processing", "bool", False, "drop the BOS of every piece but the first",

@@ -84,7 +84,7 @@ class JobPlan:
     progress_total: Optional[int] = None  # input bytes, when a progress bar is drawn in this process
     shuffle_seed: Optional[int] = None  # None: output in input order
     gzip_level: int = GZIP_LEVEL
-    storage_dir: Optional[str] = None  # spill directory (disk strategy); None: the runner's GroupByKey
+    storage_dir: Optional[str] = None  # where packed groups wait (disk strategy); None: the runner's GroupByKey
     resume: bool = False
     unit_groups: int = 1  # packing groups per work unit of a large .jsonl/.parquet file
     fan_out: bool = False  # hand the groups of a large file read in order to other workers (distributed runners)
@@ -167,14 +167,24 @@ def _claim_output_dir(config: Config) -> None:
 
 
 def _storage_dir(config: Config, local_runner: bool) -> Optional[str]:
+    """Where packed groups wait for the writers (None: in the runner's GroupByKey).
+
+    Locally: on this machine's disk, so memory does not grow with the input.
+    On a distributed runner: in the output's bucket, so the rows cross the
+    service's shuffle at most once (the layout's side input is a barrier, and
+    what crosses it is written out by the service) and an interrupted job can
+    resume.
+    """
     strategy = config.shuffle_strategy
-    if strategy == "auto":
-        strategy = "disk" if local_runner else "runner"
     if strategy == "runner":
         return None
     if not local_runner:
-        raise UserError("shuffle_strategy disk keeps rows on this machine's disk, which remote workers cannot "
-                        "see: use auto or runner with this runner")
+        if not fs.is_local(config.output_dir):
+            return fs.join(config.output_dir, fs.TMP_DIR, "groups")
+        if strategy == "disk":
+            raise UserError("shuffle_strategy disk keeps packed groups under output_dir, which remote workers "
+                            "can only share when it is a bucket (gs://...): use auto or runner")
+        return None
     if fs.is_local(config.output_dir):
         return fs.join(config.output_dir, fs.TMP_DIR, "groups")
     import tempfile
@@ -462,8 +472,8 @@ def run(config: Config, beam_args: list[str], plan_changes: Optional[dict] = Non
     try:
         launched.result.wait_until_finish()
     finally:
-        if launched.storage_dir and not fs.is_local(config.output_dir):
-            fs.remove_tree(launched.storage_dir)
+        if launched.storage_dir and fs.is_local(launched.storage_dir) and not fs.is_local(config.output_dir):
+            fs.remove_tree(launched.storage_dir)  # this machine's scratch space, not part of the output
     params = _read_json(fs.join(config.output_dir, PARAMS_FILE))
     if params is None:
         raise RuntimeError(f"the job finished without writing {fs.join(config.output_dir, PARAMS_FILE)}")

@@ -343,3 +343,28 @@ def test_staged_tokenizer_files_round_trip_through_gcs(gcs, monkeypatch):
     assert staged.path.startswith(f"gs://{bucket}/out/.tmp/") and fs.exists(staged.path)
     monkeypatch.setattr(tf, "_LOADED", {})  # a worker that did not stage them
     assert staged.load() == files
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["in_order", "shuffled"])
+def test_packed_groups_kept_in_the_bucket_as_on_dataflow(gcs, tmp_path, shuffle):
+    """Dataflow keeps packed groups under OUT/.tmp/groups in the bucket: the files equal a local run's."""
+    require_shared(LM)
+    require_shared(NEOX)
+    from pipelines.config import load_config
+    from pipelines.create_hdf5_dataset import run
+
+    fs, bucket = gcs
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(YAML.replace("1000", "300"))
+    extra = ["--shuffle", "True"] if shuffle else []
+    local_out = tmp_path / "local_out"
+    run_job(_args(str(LM), str(local_out), str(NEOX), str(cfg)) + extra)
+    gs_out = f"gs://{bucket}/out"
+    config, beam_args = load_config(_args(str(LM), gs_out, str(NEOX), str(cfg)) + extra + RUNNER)
+    run(config, beam_args, {"storage_dir": f"{gs_out}/.tmp/groups", "fan_out": True})
+    remote = _objects(fs, f"{bucket}/out")
+    shards = sorted(p.name for p in local_out.glob("*.h5"))
+    assert len(shards) >= 3 and sorted(n for n in remote if n.endswith(".h5")) == shards
+    for name in shards:
+        assert fs.cat(f"{bucket}/out/{name}") == (local_out / name).read_bytes(), name
+    assert not [n for n in remote if n.startswith(".tmp/")]

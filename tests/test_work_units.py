@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import io
 import json
 import os
-import tempfile
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -20,7 +16,7 @@ from hypothesis import strategies as st
 from pipelines.config import load_config
 from pipelines.create_hdf5_dataset import run
 from tests.helpers import MULTI_PROCESSING, RUNNER, SHARED, ROOT, require_shared, zst
-from transforms.core.records import BYTES, ROWS, WHOLE, BadRecord, Document, InputFile
+from transforms.core.records import BYTES, ROWS, WHOLE, Document, InputFile
 from transforms.core.units import jsonl_units, line_bases, parquet_group_rows, parquet_units
 from transforms.io.read_corpus import plan_units
 from transforms.io.readers import read_records

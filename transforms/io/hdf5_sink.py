@@ -37,7 +37,7 @@ from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.io import fs
 from transforms.io.hdf5_format import GZIP_LEVEL, WRITE_BATCH_ROWS, encode_batches, shard_n_examples, write_chunks
-from transforms.io.spill import load_spilled
+from transforms.io.spill import load_spilled, read_spilled
 
 __all__ = ["EncodeRows", "WriteHdf5Shards", "ShardResult", "RowFormat"]
 
@@ -162,11 +162,17 @@ def _make_layout(metas: list, shuffle_seed, files_per_record: int, num_output_fi
 
 def _route(block: EncodedBlock, layout: Layout):
     group = layout.group_of(block.group.sort_key)
-    for f, rows in layout.route(group):
-        if block.rows is not None:
-            yield f, _inline_piece(group, rows, block.rows.take(rows))
+    routes = layout.route(group)
+    rows = block.rows
+    if rows is None and not block.stored.local and layout.shuffle_seed is not None:
+        # Stored in a bucket and shuffled: the group reaches nearly every file with a row or two, so it is
+        # read once here and its rows travel with the pieces, rather than every writer fetching a few.
+        rows = read_spilled(block.stored)
+    for f, index in routes:
+        if rows is not None:
+            yield f, _inline_piece(group, index, rows.take(index))
         else:
-            yield f, (group, rows.astype(_ROW_DTYPE).tobytes(), block.stored)
+            yield f, (group, index.astype(_ROW_DTYPE).tobytes(), block.stored)
 
 
 class _FileRows:

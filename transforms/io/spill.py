@@ -1,33 +1,43 @@
-"""Packed groups kept on local disk between packing and writing.
+"""Packed groups kept as files between packing and writing: on local disk, or in the output's bucket.
 
-On a local runner everything a GroupByKey moves is held in memory, so instead
-of the rows, only references to these files cross it. A group is committed by
-writing its arrays under temporary names, renaming them, and writing its
-`.json` marker last: a marker means the group is complete, which is also what
-lets an interrupted run resume without packing that group again.
+Only references to these files cross the runner's GroupByKey, never the
+rows: on a local runner a GroupByKey holds everything it moves in memory; on
+Dataflow the layout's side input is a barrier, and whatever crosses it is
+written out once more by the service. A group is committed by writing its
+arrays and then its `.json` marker: a marker means the group is complete,
+which is also what lets an interrupted run resume without packing it again.
 
-    <dir>/<key>.chunks.npy   the rows' compressed chunks, back to back (memory-mapped by the writers)
+    <dir>/<key>.chunks.npy   the rows' compressed chunks, back to back
     <dir>/<key>.offsets.npy  where each row's chunk starts
     <dir>/<key>.json         group identity, row count, statistics (written last)
+
+Local files are written under temporary names and renamed, and memory-mapped
+by the writers. On an object store an object appears complete or not at all,
+so they are uploaded under their final names; a writer then reads just the
+byte ranges of the rows it needs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import os
+import tempfile
 from collections import Counter
 from typing import Optional
 
+import fsspec
 import numpy as np
 
 from transforms.core.encoded import EncodedRows
 from transforms.core.records import GroupId
 from transforms.core.stats import Stats
+from transforms.io import fs
 from transforms.io.fs import unique_temp_name
 
-__all__ = ["SpillRef", "spill_group", "load_spilled", "find_spilled"]
+__all__ = ["SpillRef", "spill_group", "load_spilled", "read_spilled", "find_spilled"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,43 +45,99 @@ class SpillRef:
     directory: str
     key: str
 
+    def path(self, suffix: str) -> str:
+        return fs.join(self.directory, self.key + suffix)
+
     @property
-    def base(self) -> str:
-        return os.path.join(self.directory, self.key)
+    def local(self) -> bool:
+        return fs.is_local(self.directory)
 
 
 def _key(group: GroupId) -> str:
     return hashlib.sha1(group.name.encode("utf-8")).hexdigest()[:24]
 
 
-def _atomic(path: str, write) -> None:
-    tmp = os.path.join(os.path.dirname(path), unique_temp_name(os.path.basename(path)))
-    with open(tmp, "wb") as f:
-        write(f)
-    os.replace(tmp, path)
+def _put(path: str, write) -> None:
+    if fs.is_local(path):
+        tmp = os.path.join(os.path.dirname(path), unique_temp_name(os.path.basename(path)))
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+        return
+    fd, tmp = tempfile.mkstemp(suffix=fs.PARTIAL_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        remote, p = fsspec.core.url_to_fs(path)
+        remote.put_file(tmp, p)
+    finally:
+        os.remove(tmp)
 
 
 def spill_group(directory: str, group: GroupId, rows: EncodedRows, stats: Stats) -> SpillRef:
-    os.makedirs(directory, exist_ok=True)
+    fs.makedirs(directory)
     ref = SpillRef(directory, _key(group))
-    _atomic(ref.base + ".chunks.npy", lambda f: np.save(f, rows.data))
-    _atomic(ref.base + ".offsets.npy", lambda f: np.save(f, rows.offsets))
+    _put(ref.path(".chunks.npy"), lambda f: np.save(f, rows.data))
+    _put(ref.path(".offsets.npy"), lambda f: np.save(f, rows.offsets))
     meta = {"group": dataclasses.asdict(group), "rows": len(rows),
             "stats": {"totals": dict(stats.totals), "sources": {k: dict(v) for k, v in stats.sources.items()}}}
-    _atomic(ref.base + ".json", lambda f: f.write(json.dumps(meta, sort_keys=True).encode("utf-8")))
+    _put(ref.path(".json"), lambda f: f.write(json.dumps(meta, sort_keys=True).encode("utf-8")))
     return ref
 
 
-def load_spilled(ref: SpillRef) -> EncodedRows:
-    return EncodedRows(np.load(ref.base + ".chunks.npy", mmap_mode="r"), np.load(ref.base + ".offsets.npy"))
+class _RemoteRows:
+    """A stored group's rows on an object store: offsets read once, chunks fetched by byte range."""
+
+    def __init__(self, ref: SpillRef):
+        self._path = ref.path(".chunks.npy")
+        self.offsets = np.load(io.BytesIO(fs.read_bytes(ref.path(".offsets.npy"))))
+        with fsspec.open(self._path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                np.lib.format.read_array_header_1_0(f)
+            else:
+                np.lib.format.read_array_header_2_0(f)
+            self._data_start = f.tell()
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def take(self, index: np.ndarray) -> EncodedRows:
+        """Rows `index`, in that order: one range read per run of consecutive rows."""
+        index = np.asarray(index, dtype=np.int64)
+        if not len(index):
+            return EncodedRows(np.zeros(0, np.uint8), np.zeros(1, np.int64))
+        breaks = np.flatnonzero(np.diff(index) != 1) + 1
+        parts = []
+        with fsspec.open(self._path, "rb") as f:
+            for run in np.split(index, breaks):
+                lo, hi = int(self.offsets[run[0]]), int(self.offsets[run[-1] + 1])
+                f.seek(self._data_start + lo)
+                data = np.frombuffer(f.read(hi - lo), dtype=np.uint8)
+                parts.append(EncodedRows(data, self.offsets[run[0]:run[-1] + 2] - lo))
+        return EncodedRows.concat(parts)
+
+
+def load_spilled(ref: SpillRef):
+    """A stored group's rows, to `take` from: memory-mapped when local, read by range when remote."""
+    if ref.local:
+        return EncodedRows(np.load(ref.path(".chunks.npy"), mmap_mode="r"), np.load(ref.path(".offsets.npy")))
+    return _RemoteRows(ref)
+
+
+def read_spilled(ref: SpillRef) -> EncodedRows:
+    """A stored group's rows, all read into memory (one read each of two files)."""
+    if ref.local:
+        return EncodedRows(np.load(ref.path(".chunks.npy")), np.load(ref.path(".offsets.npy")))
+    return EncodedRows(np.load(io.BytesIO(fs.read_bytes(ref.path(".chunks.npy")))),
+                       np.load(io.BytesIO(fs.read_bytes(ref.path(".offsets.npy")))))
 
 
 def find_spilled(directory: str, group: GroupId) -> Optional[tuple[SpillRef, int, Stats]]:
     """The committed spill of `group`, if an earlier attempt finished it."""
     ref = SpillRef(directory, _key(group))
     try:
-        with open(ref.base + ".json", "rb") as f:
-            meta = json.loads(f.read())
+        meta = json.loads(fs.read_bytes(ref.path(".json")))
     except FileNotFoundError:
         return None
     if meta["group"] != dataclasses.asdict(group):
