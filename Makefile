@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_OUT ?= demo_output
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install bench scale-sim split-bench read-rates clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -30,3 +30,15 @@ clean:
 
 bench: install
 	$(PY) benchmarks/bench.py $(BENCH_ARGS)
+
+# Scale on one machine: the steps that meet every group, file or source, at the size of a 500 B-token job.
+scale-sim: install
+	$(PY) benchmarks/scale_sim.py
+
+# Real local runs: 5 000 small inputs; one large file split into work units (byte-identical output).
+split-bench: install
+	$(PY) benchmarks/split_work.py
+
+# Per-core read rates and the cost of handing a group on (inputs to docs/dataflow.md's cost model).
+read-rates: install
+	taskset -c 0 $(PY) benchmarks/read_rates.py

@@ -38,7 +38,8 @@ from transforms.io.hdf5_sink import EncodeRows, RowFormat, WriteHdf5Shards
 from transforms.io.intermediate import STORED, SkipStoredGroups, StoreGroups
 from transforms.io.dead_letters import DEAD_LETTER_DIR, WriteDeadLetters
 from transforms.io.manifest import PARAMS_FILE, MergeStats, WriteDatasetParams
-from transforms.io.read_corpus import DEAD_LETTERS, DOCS, ReadCorpus, ReadInputManifest, write_input_manifest
+from transforms.io.read_corpus import DEAD_LETTERS, DOCS, FAN_OUT_BYTES, ReadCorpus, ReadInputManifest, \
+    write_input_manifest
 from transforms.io.tokenizer_files import StagedTokenizerFiles, read_tokenizer_files, stage_tokenizer_files
 from transforms.stages.fim import ApplyFim
 from transforms.stages.normalize import NormalizeDocuments
@@ -87,7 +88,7 @@ class JobPlan:
     storage_dir: Optional[str] = None  # where packed groups wait (disk strategy); None: the runner's GroupByKey
     resume: bool = False
     unit_groups: int = 1  # packing groups per work unit of a large .jsonl/.parquet file
-    fan_out: bool = False  # hand the groups of a large file read in order to other workers (distributed runners)
+    fan_out_bytes: Optional[int] = None  # files read in order and larger than this hand their groups on; None: never
     process_cpus: Optional[int] = None  # cores one worker process may use; None: all of this machine's
 
 
@@ -319,7 +320,7 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         | "InputFiles" >> ReadInputManifest(plan.input_manifest)
         | "ReadCorpus" >> ReadCorpus(keys=plan.keys, join_keys=plan.join_keys, group_bytes=plan.group_bytes,
                                      max_record_bytes=plan.max_record_bytes, unit_groups=plan.unit_groups,
-                                     fan_out=plan.fan_out, progress_total=plan.progress_total)
+                                     fan_out_bytes=plan.fan_out_bytes, progress_total=plan.progress_total)
     )
     docs, stored = read[DOCS], None
     if plan.storage_dir and plan.resume:
@@ -418,8 +419,8 @@ def runner_plan(plan: JobPlan, config: Config, options: PipelineOptions) -> JobP
     text in memory.
     """
     local = _is_local_runner(options)
-    return dataclasses.replace(plan, storage_dir=_storage_dir(config, local), fan_out=not local,
-                               process_cpus=_process_cpus(options))
+    return dataclasses.replace(plan, storage_dir=_storage_dir(config, local),
+                               fan_out_bytes=None if local else FAN_OUT_BYTES, process_cpus=_process_cpus(options))
 
 
 def launch(config: Config, beam_args: list[str], plan_changes: Optional[dict] = None) -> Launched:

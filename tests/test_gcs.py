@@ -361,7 +361,7 @@ def test_packed_groups_kept_in_the_bucket_as_on_dataflow(gcs, tmp_path, shuffle)
     run_job(_args(str(LM), str(local_out), str(NEOX), str(cfg)) + extra)
     gs_out = f"gs://{bucket}/out"
     config, beam_args = load_config(_args(str(LM), gs_out, str(NEOX), str(cfg)) + extra + RUNNER)
-    run(config, beam_args, {"storage_dir": f"{gs_out}/.tmp/groups", "fan_out": True})
+    run(config, beam_args, {"storage_dir": f"{gs_out}/.tmp/groups", "fan_out_bytes": 0})
     remote = _objects(fs, f"{bucket}/out")
     shards = sorted(p.name for p in local_out.glob("*.h5"))
     assert len(shards) >= 3 and sorted(n for n in remote if n.endswith(".h5")) == shards

@@ -122,6 +122,18 @@ def test_plan_units(tmp_path):
     assert plan_units(InputFile(4, str(tmp_path / "d.jsonl.zst"), "d.jsonl.zst"), ("text",), 10, 1)[0].kind == WHOLE
 
 
+def test_only_large_files_read_in_order_hand_their_groups_on(tmp_path):
+    compressed = tmp_path / "d.jsonl.zst"
+    compressed.write_bytes(zst(b'{"text": "x"}\n' * 1000))
+    size = compressed.stat().st_size
+    f = InputFile(0, str(compressed), "d.jsonl.zst")  # the size unknown, as for a remote listing
+    assert plan_units(f, ("text",), 10, 1, fan_out_bytes=size - 1)[0].fan_out
+    assert not plan_units(f, ("text",), 10, 1, fan_out_bytes=size)[0].fan_out
+    assert not plan_units(f, ("text",), 10, 1, fan_out_bytes=None)[0].fan_out  # local runners: never
+    missing = InputFile(1, str(tmp_path / "gone.json.gz"), "gone.json.gz")
+    assert not plan_units(missing, ("text",), 10, 1, fan_out_bytes=0)[0].fan_out  # the reader reports it
+
+
 def test_unit_math():
     f = InputFile(0, "a.jsonl", "a.jsonl")
     assert [u.span for u in jsonl_units(f, 250, 100, 2)] == [(0, 200), (200, 250)]
@@ -172,10 +184,10 @@ def _output_digests(out: Path) -> dict:
 def test_output_does_not_depend_on_how_the_work_is_split(big_inputs, tmp_path, shuffle):
     extra = ("--shuffle", "True") if shuffle else ()
     settings_ = [
-        ("one_group_per_unit_fanned_out", RUNNER, dict(unit_groups=1, fan_out=True)),
-        ("two_groups_per_unit", RUNNER, dict(unit_groups=2, fan_out=False)),
+        ("one_group_per_unit_fanned_out", RUNNER, dict(unit_groups=1, fan_out_bytes=0)),
+        ("two_groups_per_unit", RUNNER, dict(unit_groups=2, fan_out_bytes=None)),
         ("whole_files_two_processes", MULTI_PROCESSING + ["--direct_num_workers", "2"],
-         dict(unit_groups=1000, fan_out=True)),
+         dict(unit_groups=1000, fan_out_bytes=10 << 20)),
     ]
     digests, params = {}, {}
     for name, runner, changes in settings_:
@@ -192,7 +204,7 @@ def test_output_does_not_depend_on_how_the_work_is_split(big_inputs, tmp_path, s
 
 
 def test_dead_letter_lines_of_a_split_jsonl_are_file_lines(big_inputs, tmp_path):
-    _run(big_inputs, tmp_path / "out", RUNNER, unit_groups=1, fan_out=False)
+    _run(big_inputs, tmp_path / "out", RUNNER, unit_groups=1)
     (letters,) = (tmp_path / "out" / "dead_letter").glob("*a.jsonl*")
     got = [(r["line"], r["raw"]) for r in map(json.loads, letters.read_text().splitlines())]
     lines = (big_inputs / "a.jsonl").read_bytes().splitlines()

@@ -65,6 +65,7 @@ class WorkUnit:
     num_groups: int = 1  # groups in the whole file (WHOLE: unknown until read, 1)
     group_size: int = 0  # bytes (BYTES) or rows (ROWS) per group
     total: int = 0  # file bytes (BYTES) or rows (ROWS)
+    fan_out: bool = False  # WHOLE: hand the groups to other workers as they are read (a large file)
 
     @property
     def span(self) -> tuple[int, int]:

@@ -205,14 +205,19 @@ class Layout:
         if self.shuffle_seed is None:
             start = int(self.group_starts[group])
             return [(f, np.arange(lo, hi)) for f, lo, hi in self.files.split(start, n_rows)]
-        rows = np.arange(n_rows)
-        r = self._ranges(_keys(self.group_seeds[group], rows))
+        r = self._ranges(_keys(self.group_seeds[group], np.arange(n_rows)))
         starts = np.asarray(self.files.starts)
         first = np.searchsorted(starts, self.range_starts[r], side="right") - 1
         last = np.searchsorted(starts, self.range_starts[r + 1] - 1, side="right") - 1
-        files = sorted({f for a, b in np.unique(np.stack([first, last], axis=1), axis=0).tolist()
-                        for f in range(a, b + 1)})
-        return [(f, rows[(first <= f) & (last >= f)]) for f in files]
+        # One (file, row) pair per file a row's range overlaps (nearly always one), sorted by file:
+        # O(rows log rows), where a pass over the rows per file would be O(rows x files).
+        reach = last - first + 1
+        rows = np.repeat(np.arange(n_rows), reach)
+        files = np.repeat(first, reach) + np.arange(len(rows)) - np.repeat(np.cumsum(reach) - reach, reach)
+        order = np.argsort(files, kind="stable")
+        files, rows = files[order], rows[order]
+        cuts = np.flatnonzero(np.diff(files)) + 1
+        return [(int(f[0]), r) for f, r in zip(np.split(files, cuts), np.split(rows, cuts)) if len(f)]
 
     def positions(self, groups: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Global positions of candidate rows, given as (group number, row index) arrays.

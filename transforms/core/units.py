@@ -16,15 +16,20 @@ How many groups a unit takes changes only who reads them, never what they hold.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Iterable, Optional
 
 from transforms.core.records import BYTES, ROWS, WHOLE, InputFile, WorkUnit
 
 __all__ = ["whole_file", "jsonl_units", "parquet_units", "parquet_group_rows", "line_bases"]
 
 
-def whole_file(file: InputFile) -> list[WorkUnit]:
-    return [WorkUnit(file, WHOLE)]
+def whole_file(file: InputFile, size: Optional[int] = None, fan_out_bytes: Optional[int] = None) -> list[WorkUnit]:
+    """A file read in order by one worker; one of more than `fan_out_bytes` hands its groups on as it reads.
+
+    Whether a file is fanned out changes who tokenizes its groups, never what they hold.
+    """
+    fan_out = fan_out_bytes is not None and size is not None and size > fan_out_bytes
+    return [WorkUnit(file, WHOLE, fan_out=fan_out)]
 
 
 def _units(file: InputFile, kind: str, num_groups: int, group_size: int, total: int,

@@ -1,16 +1,17 @@
 """ReadCorpus: input files -> one DocBatch per packing group, plus dead-letter parts.
 
     InputFile ─PlanUnits─► WorkUnit ─Reshuffle─► ReadUnits ─► DocBatch (one per packing group)
-                                                          ├─► DocBatch of a large serial file ─Reshuffle─┘ (fan_out)
+                                                          ├─► DocBatch of a large serial file ─Reshuffle─┘
                                                           └─► DeadLetterPart
 
 A large .jsonl or .parquet file is planned as several work units that
 workers read in parallel (transforms.core.units says how its packing groups
 are fixed). A file that can only be read in order (a compressed stream, a
 tar) is read by one worker, which cuts it into packing groups of
-`group_bytes` of text; with `fan_out`, the groups of such a file are handed
-to other workers through a Reshuffle as soon as the file turns out to hold
-more than one, so tokenizing it does not wait on one core.
+`group_bytes` of text. When such a file is larger than `fan_out_bytes` on
+storage, its groups are handed to other workers through a Reshuffle as they
+are read, so tokenizing it does not wait on one core; smaller files are
+tokenized where they are read, which costs no shuffle (see `FAN_OUT_BYTES`).
 """
 
 from __future__ import annotations
@@ -31,12 +32,17 @@ from transforms.io import fs, progress
 from transforms.io.discover import extension_of
 from transforms.io.readers import file_size, parquet_shape, read_records
 
-__all__ = ["ReadCorpus", "ReadInputManifest", "write_input_manifest", "DOCS", "DEAD_LETTERS",
-           "DEAD_LETTER_PART_RECORDS"]
+__all__ = ["ReadCorpus", "ReadInputManifest", "write_input_manifest", "plan_units", "DOCS", "DEAD_LETTERS",
+           "DEAD_LETTER_PART_RECORDS", "FAN_OUT_BYTES"]
 
 DOCS = "docs"
 DEAD_LETTERS = "dead_letters"
 _FAN_OUT = "fan_out"
+# Files read in order above this size on storage hand their groups on (on distributed runners).
+# About 1 GiB of text (16 groups), some 6 minutes of one vCPU: a unit that cannot be split
+# bounds the tail of a job, while handing text on costs a shuffle of ~2.8 bytes per token,
+# as much again as everything else a job pays for (docs/dataflow.md).
+FAN_OUT_BYTES = 256 << 20
 PROGRESS_STEP = 1 << 20  # text bytes between progress bar updates
 # Bad records per dead-letter part: bounds what a reader holds (each keeps at most a 1 KiB preview).
 DEAD_LETTER_PART_RECORDS = 4096
@@ -74,18 +80,24 @@ class ReadInputManifest(beam.PTransform):
 # ---------------------------------------------------------------- planning
 
 
-def plan_units(f: InputFile, keys: tuple, group_bytes: int, unit_groups: int) -> list[WorkUnit]:
-    """The work units of one file; a file whose layout cannot be read is one WHOLE unit (the reader reports why)."""
+def plan_units(f: InputFile, keys: tuple, group_bytes: int, unit_groups: int,
+               fan_out_bytes: Optional[int] = None) -> list[WorkUnit]:
+    """The work units of one file; a file whose layout cannot be read is one WHOLE unit (the reader reports why).
+
+    fan_out_bytes: a file read in order and larger than this hands its groups on (None: never).
+    """
     ext = extension_of(f.path)
-    if ext == ".jsonl":
-        size = f.size if f.size is not None else file_size(f.path)
-        if size is not None:
-            return jsonl_units(f, size, group_bytes, unit_groups)
-    elif ext == ".parquet":
+    if ext == ".parquet":
         shape = parquet_shape(f.path, keys)
         if shape is not None:
             return parquet_units(f, shape[0], shape[1], group_bytes, unit_groups)
-    return whole_file(f)
+        return whole_file(f)
+    if ext == ".txt" or (fan_out_bytes is None and ext != ".jsonl"):
+        return whole_file(f)  # no size needed: don't ask the storage for one
+    size = f.size if f.size is not None else file_size(f.path)
+    if ext == ".jsonl" and size is not None:
+        return jsonl_units(f, size, group_bytes, unit_groups)
+    return whole_file(f, size, fan_out_bytes)
 
 
 # ---------------------------------------------------------------- reading
@@ -158,13 +170,12 @@ def _records(unit: WorkUnit, keys: tuple, max_record_bytes: int):
 
 
 class _ReadUnitFn(beam.DoFn):
-    def __init__(self, keys: tuple, join_keys: bool, group_bytes: int, max_record_bytes: int, fan_out: bool,
+    def __init__(self, keys: tuple, join_keys: bool, group_bytes: int, max_record_bytes: int,
                  progress_total: Optional[int]):
         self._keys = keys
         self._join_keys = join_keys
         self._group_bytes = group_bytes
         self._max_record_bytes = max_record_bytes
-        self._fan_out = fan_out
         self._progress_total = progress_total  # None: no progress bar
         self._docs = beam.metrics.Metrics.counter("read", "documents")
         self._bad = beam.metrics.Metrics.counter("read", "bad_records")
@@ -181,7 +192,6 @@ class _ReadUnitFn(beam.DoFn):
         shown, pending = 0, 0
         lines = 0
         docs, stats, size = [], Stats(), 0  # the group being read
-        held: Optional[DocBatch] = None  # a serial file's first group, until we know whether more follow
         started = time.perf_counter()  # reading time only: downstream work runs while we are suspended
 
         def group(k: int) -> DocBatch:
@@ -192,23 +202,14 @@ class _ReadUnitFn(beam.DoFn):
             return out
 
         def hand_on(batch: DocBatch):
-            nonlocal held
-            if unit.kind in (BYTES, ROWS) or not self._fan_out:
-                yield batch
-            elif held is None and batch.group.slice_index == 0:
-                held = batch
-            else:
-                if held is not None:
-                    yield pvalue.TaggedOutput(_FAN_OUT, held)
-                    held = None
-                yield pvalue.TaggedOutput(_FAN_OUT, batch)
+            return pvalue.TaggedOutput(_FAN_OUT, batch) if unit.fan_out else batch
 
         k = unit.first_group
         for at, record in _records(unit, self._keys, self._max_record_bytes):
             if at is not None:
                 k = at
             if record is _END:
-                yield from hand_on(group(k))
+                yield hand_on(group(k))
                 continue
             lines += 1
             stats.add("docs_read", 1, f.path)
@@ -234,13 +235,11 @@ class _ReadUnitFn(beam.DoFn):
                 self._progress(step)
                 shown, pending = shown + step, 0
             if unit.kind not in (BYTES, ROWS) and size >= self._group_bytes:
-                yield from hand_on(group(k))
+                yield hand_on(group(k))
                 k += 1
         if unit.kind not in (BYTES, ROWS) and (docs or k == 0 or stats.totals):
             # Always the last group, even empty: it may carry the file's counts.
-            yield from hand_on(group(k))
-        if held is not None:
-            yield held  # the file held one group: it stays on this worker
+            yield hand_on(group(k))
         part = letters.finish(lines)
         if part is not None:
             yield pvalue.TaggedOutput(DEAD_LETTERS, part)
@@ -255,31 +254,32 @@ class ReadCorpus(beam.PTransform):
     """PCollection[InputFile] -> {DOCS: DocBatch, DEAD_LETTERS: DeadLetterPart}."""
 
     def __init__(self, *, keys: tuple, join_keys: bool, group_bytes: int, max_record_bytes: int = 256 << 20,
-                 unit_groups: int = 1, fan_out: bool = False, progress_total: Optional[int] = None):
+                 unit_groups: int = 1, fan_out_bytes: Optional[int] = None, progress_total: Optional[int] = None):
         """unit_groups: packing groups per work unit of a .jsonl/.parquet file (who reads what, not the output).
 
-        fan_out: hand the groups of a file read in order to other workers (a
-        distributed runner); locally the Reshuffle would only hold them in memory.
+        fan_out_bytes: a file read in order and larger than this on storage hands its groups
+        to other workers (None: never; locally a Reshuffle would only hold them in memory).
         progress_total: input bytes, to draw a progress bar in this process (None: no bar).
         """
         super().__init__()
         self._keys = keys
         self._group_bytes = group_bytes
         self._unit_groups = unit_groups
-        self._fan_out = fan_out
-        self._fn = _ReadUnitFn(keys, join_keys, group_bytes, max_record_bytes, fan_out, progress_total)
+        self._fan_out_bytes = fan_out_bytes
+        self._fn = _ReadUnitFn(keys, join_keys, group_bytes, max_record_bytes, progress_total)
 
     def expand(self, files):
         read = (
             files
             # Spread files over workers: they arrive in one bundle.
             | "SpreadFiles" >> beam.Reshuffle()
-            | "PlanUnits" >> beam.FlatMap(plan_units, self._keys, self._group_bytes, self._unit_groups)
+            | "PlanUnits" >> beam.FlatMap(plan_units, self._keys, self._group_bytes, self._unit_groups,
+                                          self._fan_out_bytes)
             | "SpreadUnits" >> beam.Reshuffle()
             | "ReadUnits" >> beam.ParDo(self._fn).with_outputs(_FAN_OUT, DEAD_LETTERS, main=DOCS)
         )
         docs = read[DOCS]
-        if self._fan_out:
+        if self._fan_out_bytes is not None:
             fanned = read[_FAN_OUT] | "FanOutGroups" >> beam.Reshuffle()
             docs = (docs, fanned) | "AllGroups" >> beam.Flatten()
         return {DOCS: docs, DEAD_LETTERS: read[DEAD_LETTERS]}
