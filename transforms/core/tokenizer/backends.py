@@ -64,10 +64,15 @@ CL100K_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{
 VERIFIED_PATTERNS = frozenset({GPT2_PATTERN, CL100K_PATTERN})
 _NORMAL_FORMS = frozenset({"NFC", "NFD", "NFKC", "NFKD"})
 _FIXED_AFFIX_PROCESSORS = frozenset({"ByteLevel", "TemplateProcessing", "RobertaProcessing", "BertProcessing"})
-# Never allowed, so never matched: tiktoken's encode needs at least one special
-# token (an empty alternation would match everywhere). ASCII first, so that
-# skipping an occurrence of it lands on a character boundary.
-_UNUSED_SPECIAL = "\x00<|create_hdf5_dataset:unused|>"
+# tiktoken's one special token (an empty alternation would match everywhere).
+# Ordinary encoding never allows it, so there it is plain text. Where a piece
+# holds added tokens matched after normalization, each is replaced by this
+# marker and the piece is encoded in one call with the marker allowed: tiktoken
+# then encodes the text between markers exactly as separate calls would, and
+# the marker's rank is replaced by the tokens' ids. A piece that already holds
+# the marker takes the slow path. ASCII first, so that skipping an occurrence
+# lands on a character boundary; no backslash, as it is a re.sub replacement.
+_MARKER = "\x00\x01create_hdf5_dataset\x01\x00"
 _PROBES = (
     "Hello world, this is a test. It's 2024: 12345 items cost $3.50 -- ok? Yes!",
     "Spaces  double   triple\tand tabs\nnew line\n\n  indented line \u00a0nbsp x\r\ny\u3000z\u2028",
@@ -120,10 +125,10 @@ class _Core:
         import tiktoken
 
         table = rank_table(model, oracle)
-        top = max(table.ranks.values()) + 1
+        self.marker = len(table.ids)  # the marker's rank: beyond every token's
         self.encoding = tiktoken.Encoding(f"create_hdf5_dataset-{len(table.ranks)}", pat_str=pattern,
-                                          mergeable_ranks=table.ranks, special_tokens={_UNUSED_SPECIAL: top})
-        self.ids = table.ids
+                                          mergeable_ranks=table.ranks, special_tokens={_MARKER: self.marker})
+        self.ids = np.append(table.ids, np.int32(-1))
 
 
 _CORES: "OrderedDict[str, _Core | NotExact]" = OrderedDict()
@@ -282,7 +287,8 @@ class TiktokenEncoder:
         self._normalized, self._normalized_re = normalized, _literal_alternation(list(normalized))
         self._simple = not (raw or normalized or self._normalize or self._prefix_space)
         core = _core_for(backend, pattern)
-        self._encoding, self._ids = core.encoding, core.ids
+        self._encoding, self._ids, self._marker = core.encoding, core.ids, core.marker
+        self._marker_allowed = {_MARKER}
         prefix, suffix = affixes(backend)
         self._prefix = np.asarray(prefix, dtype=np.int32)
         self._suffix = np.asarray(suffix, dtype=np.int32)
@@ -296,13 +302,25 @@ class TiktokenEncoder:
         if probe and self.encode_batch([probe])[0].tolist() != backend.encode(probe).ids:
             raise NotExact("tiktoken and tokenizers disagree on a text of its added tokens")
 
-    def _words(self, text: str) -> np.ndarray:
+    def _ranks(self, text: str, allowed: set) -> np.ndarray:
         try:
-            ranks = self._encoding.encode_to_numpy(text, disallowed_special=())
+            return self._encoding.encode_to_numpy(text, allowed_special=allowed, disallowed_special=())
         except UnicodeEncodeError as e:
             # As tokenizers: a str that is no valid Unicode (a lone surrogate) is refused.
             raise TypeError(f"cannot encode text that is not valid Unicode: {e}") from None
-        return self._ids[ranks]
+
+    def _words(self, text: str) -> np.ndarray:
+        return self._ids[self._ranks(text, set())]
+
+    def _marked_words(self, piece: str) -> np.ndarray:
+        """A piece with the added tokens matched after normalization, in one tiktoken call (see _MARKER)."""
+        tokens = [self._normalized[m] for m in self._normalized_re.findall(piece)]
+        if not tokens:
+            return self._words(piece)
+        ranks = self._ranks(self._normalized_re.sub(_MARKER, piece), self._marker_allowed)
+        ids = self._ids[ranks]
+        ids[ranks == self._marker] = tokens
+        return ids
 
     def _text_ids(self, text: str) -> list[np.ndarray]:
         out: list[np.ndarray] = []
@@ -312,6 +330,9 @@ class TiktokenEncoder:
                 continue
             if self._normalize is not None and not piece.isascii():
                 piece = self._normalize(piece)
+            if self._normalized_re is not None and not self._prefix_space and _MARKER not in piece:
+                out.append(self._marked_words(piece))
+                continue
             for word, token2 in _split(piece, self._normalized_re, self._normalized):
                 if token2 is not None:
                     out.append(np.asarray([token2], dtype=np.int32))
