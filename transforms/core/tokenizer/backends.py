@@ -135,16 +135,18 @@ _CORES: "OrderedDict[str, _Core | NotExact]" = OrderedDict()
 _CORES_LOCK = threading.Lock()
 _CORES_MAX = 4
 _POOL: Optional[ThreadPoolExecutor] = None
+_POOL_PID = 0
 _POOL_LOCK = threading.Lock()
 _WORKERS = max(1, os.cpu_count() or 1)
 _LOGGED: set = set()
 
 
 def _pool() -> ThreadPoolExecutor:
-    global _POOL
+    global _POOL, _POOL_PID
     with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(_WORKERS, thread_name_prefix="tiktoken")
+        # A forked worker process inherits the pool object but not its threads.
+        if _POOL is None or _POOL_PID != os.getpid():
+            _POOL, _POOL_PID = ThreadPoolExecutor(_WORKERS, thread_name_prefix="tiktoken"), os.getpid()
         return _POOL
 
 
