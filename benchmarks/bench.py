@@ -39,6 +39,7 @@ CONFIGS = {
     "ftfy_on": ["--use_ftfy", "True"],
     "shuffle": ["--shuffle", "True"],
     "multi_processing_2": ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"],
+    "tokenizers_backend": ["--tokenizer_backend", "tokenizers"],  # ftfy_off encoded by tokenizers, for A/B
 }
 
 

@@ -177,10 +177,12 @@ def _oracle(backend: tokenizers.Tokenizer, model: dict) -> Callable[[list[str]],
     if model.get("ignore_merges"):
         # The check needs the merges' own result, which ignore_merges would short-cut.
         merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
-        bare = tokenizers.Tokenizer(models.BPE(model["vocab"], merges))
+        bpe = models.BPE(model["vocab"], merges)
     else:
-        bare = tokenizers.Tokenizer(backend.model)
-    return lambda texts: [e.ids for e in bare.encode_batch_fast(texts, add_special_tokens=False)]
+        bpe = backend.model
+    # The model itself, one word per call: encode_batch would build an Encoding per
+    # token of the vocabulary (tens of megabytes for a moment).
+    return lambda texts: [[t.id for t in bpe.tokenize(text)] for text in texts]
 
 
 def _state(component) -> Optional[dict]:
