@@ -215,6 +215,25 @@ def test_generated_text_gives_the_same_ids(texts):
             assert [x.tolist() for x in a] == [y.tolist() for y in b], (name, add)
 
 
+def test_long_runs_and_long_words():
+    """Words of 100 bytes or more take tiktoken's other BPE (a heap); a run of a million spaces exceeds
+    fancy-regex's backtracking stack, and such a text is encoded by tokenizers instead."""
+    import random
+
+    rng = random.Random(13)
+    texts = ["a" * 3000, "ab" * 1500, "".join(rng.choice("abcdefghij") for _ in range(5000)), "1" * 2000,
+             "\u00e9" * 800, "\U0001f600" * 300, "=" * 1000, "x" + " " * 5000 + "y", "\n" * 3000 + "z",
+             "".join(rng.choice("ab cd\n") for _ in range(20000))]
+    for name in ("gpt2-bundled", "neox-20b", "olmo-dolma2"):
+        slow, fast = pair(name)
+        assert_same_ids(slow, fast, texts)
+    slow, fast = pair("gpt2-bundled")
+    huge = ["x" + " " * 1_000_000 + "y", "\n" * 1_000_000]
+    with pytest.raises(backends._RegexLimit):
+        fast.encoder._words(huge[0])
+    assert_same_ids(slow, fast, huge + ["after"])
+
+
 def test_lone_surrogates_are_refused_by_both():
     """Readers dead-letter them (transforms.io.readers); the tokenizer refuses them whichever backend runs."""
     slow, fast = pair("gpt2-bundled")

@@ -26,6 +26,8 @@ Anything else (other normalizers or pre-tokenizers, added tokens that strip
 or match single words, truncation or padding) keeps the tokenizer on
 `tokenizers`. A new encoder is also compared with `tokenizers` on probe texts
 before it is used, a guard against a `tokenizers` release that changes a layer.
+A text whose regex split tiktoken gives up on (fancy-regex's backtracking
+stack overflows on a run of about a million spaces) is encoded by `tokenizers`.
 """
 
 from __future__ import annotations
@@ -98,6 +100,10 @@ def affixes(backend: tokenizers.Tokenizer) -> tuple[list[int], list[int]]:
             last = len(mask) - mask[::-1].index(0)
             return enc.ids[: mask.index(0)], enc.ids[last:]
     return [], []
+
+
+class _RegexLimit(Exception):
+    """fancy-regex gave up on a text (its backtracking stack: a run of about a million spaces)."""
 
 
 class HfEncoder:
@@ -290,6 +296,7 @@ class TiktokenEncoder:
         self._raw, self._raw_re = raw, _literal_alternation(list(raw))
         self._normalized, self._normalized_re = normalized, _literal_alternation(list(normalized))
         self._simple = not (raw or normalized or self._normalize or self._prefix_space)
+        self._backend = backend  # for the texts tiktoken's regex engine gives up on
         core = _core_for(backend, pattern)
         self._encoding, self._ids, self._marker = core.encoding, core.ids, core.marker
         self._marker_allowed = {_MARKER}
@@ -312,6 +319,10 @@ class TiktokenEncoder:
         except UnicodeEncodeError as e:
             # As tokenizers: a str that is no valid Unicode (a lone surrogate) is refused.
             raise TypeError(f"cannot encode text that is not valid Unicode: {e}") from None
+        except ValueError as e:
+            if "Regex error" not in str(e):
+                raise
+            raise _RegexLimit(str(e)) from None
 
     def _words(self, text: str) -> np.ndarray:
         return self._ids[self._ranks(text, set())]
@@ -347,7 +358,11 @@ class TiktokenEncoder:
         return out
 
     def _encode_one(self, text: str, add_special_tokens: bool, eos: Optional[int]) -> np.ndarray:
-        parts = [self._words(text)] if self._simple else self._text_ids(text)
+        try:
+            parts = [self._words(text)] if self._simple else self._text_ids(text)
+        except _RegexLimit:
+            ids = self._backend.encode(text, add_special_tokens=add_special_tokens).ids
+            return np.asarray(ids if eos is None else ids + [eos], dtype=np.int32)
         if add_special_tokens and (len(self._prefix) or len(self._suffix)):
             parts = [self._prefix, *parts, self._suffix]
         if eos is not None:
