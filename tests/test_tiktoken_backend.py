@@ -469,6 +469,19 @@ def test_a_wrong_rank_table_is_caught_by_the_probes(monkeypatch):
     assert tok.encoder_name == "tokenizers" and "disagree on the probe text" in tok.encoder_note
 
 
+def test_a_check_that_breaks_falls_back(monkeypatch):
+    def broken(model, oracle):
+        raise KeyError("merges")
+
+    monkeypatch.setattr(backends, "rank_table", broken)
+    monkeypatch.setattr(backends, "_CORES", backends.OrderedDict())
+    files = CASES["gpt2-bundled"][1]()
+    tok = build_tokenizer(files)
+    assert tok.encoder_name == "tokenizers" and "its check failed (KeyError" in tok.encoder_note
+    with pytest.raises(ValueError, match="--tokenizer_backend tiktoken: .*KeyError"):
+        build_tokenizer(dataclasses.replace(files, backend="tiktoken"))
+
+
 # ----------------------------------------------------------- end to end
 
 

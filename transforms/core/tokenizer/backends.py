@@ -128,7 +128,10 @@ class _Core:
     """A tiktoken Encoding with the rank table of one BPE model and regex: shared, immutable."""
 
     def __init__(self, model: dict, oracle: Callable, pattern: str):
-        import tiktoken
+        try:
+            import tiktoken
+        except ImportError:
+            raise NotExact("tiktoken is not installed") from None
 
         table = rank_table(model, oracle)
         self.marker = len(table.ids)  # the marker's rank: beyond every token's
@@ -422,14 +425,15 @@ def select_encoder(backend: tokenizers.Tokenizer, mode: str, name: str):
         return HfEncoder(backend)
     try:
         return TiktokenEncoder(backend)
-    except NotExact as e:
+    except Exception as e:  # noqa: BLE001 - whatever stops the check, the ids are not vouched for
+        reason = str(e) if isinstance(e, NotExact) else f"its check failed ({type(e).__name__}: {e})"
         if mode == TIKTOKEN:
             raise ValueError(f"--tokenizer_backend tiktoken: tiktoken would not give the ids of tokenizer "
-                             f"{name!r}: {e}") from None
-        encoder = HfEncoder(backend, reason=str(e))
+                             f"{name!r}: {reason}") from None
+        encoder = HfEncoder(backend, reason=reason)
         with _CORES_LOCK:
-            first = (name, str(e)) not in _LOGGED
-            _LOGGED.add((name, str(e)))
+            first = (name, reason) not in _LOGGED
+            _LOGGED.add((name, reason))
         if first:
-            log.warning("tokenizer %s: encoding with tokenizers, not tiktoken: %s", name or "(unnamed)", e)
+            log.warning("tokenizer %s: encoding with tokenizers, not tiktoken: %s", name or "(unnamed)", reason)
         return encoder
