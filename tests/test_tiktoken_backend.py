@@ -170,6 +170,20 @@ def test_corpora_give_the_same_ids(name, corpora):
     assert slow._cut_plan().drop_space == fast._cut_plan().drop_space and fast._cut_plan().exact
 
 
+@pytest.mark.parametrize("name", ["ref-gpt2", "ref-neox", "ref-hf", "gpt2"])
+def test_reference_inputs_give_the_same_ids(name):
+    """The golden runs' inputs (edge cases: empty documents, mojibake, NFD text, a literal <|endoftext|>)."""
+    inputs = require_shared(SHARED / "reference" / "inputs")
+    texts = []
+    for path in sorted(inputs.glob("*/*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            texts += [record[k] for k in ("text", "prompt", "completion") if isinstance(record.get(k), str)]
+    assert len(texts) > 1000 and "" in texts
+    slow, fast = pair(name)
+    assert_same_ids(slow, fast, texts)
+
+
 def test_llama_cpp_test_vectors():
     """The gpt-2 and mpt (= GPT-NeoX-20B) vectors, on tiktoken."""
     vectors = require_shared(TOKS / "test-vectors")
