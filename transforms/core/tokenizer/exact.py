@@ -110,6 +110,17 @@ def byte_stand_ins() -> dict[str, int]:
 
 _BYTES = byte_stand_ins()
 _CHAR = {b: c for c, b in _BYTES.items()}
+# str.translate + latin-1 turns a token into its bytes; a character that
+# stands for no byte becomes one latin-1 cannot encode.
+_TO_LATIN1 = {**{c: 0xFFFF for c in range(256)}, **{ord(c): b for c, b in _BYTES.items()}}
+
+
+def _token_bytes(token: str) -> Optional[bytes]:
+    """The bytes a byte-level token stands for; None if it holds a character of no byte."""
+    try:
+        return token.translate(_TO_LATIN1).encode("latin-1")
+    except UnicodeEncodeError:
+        return None
 
 
 def _merge_pairs(raw: Iterable) -> list[tuple[str, str]]:
@@ -182,14 +193,15 @@ def rank_table(model: dict, oracle: Callable[[list[str]], list[list[int]]]) -> R
         produced_by[a + b].append(i)
     # A token with a character outside the byte alphabet never occurs in a
     # byte-level word: neither library can produce it from text.
-    merged = [t for t in produced_by if all(c in _BYTES for c in t)]
+    as_bytes = {t: b for t in produced_by if (b := _token_bytes(t)) is not None}
+    merged = list(as_bytes)
     for t, ids in zip(merged, oracle(merged)):
         if ids != [vocab[t]]:
             raise NotExact(
                 f"tokenizers' BPE does not rebuild token {t!r} (id {vocab[t]}) from its merges (it gives {ids}): "
                 "a split of it that is not its listed merge can occur, and tiktoken would merge that split")
     if model.get("ignore_merges"):
-        stray = [t for t in vocab if len(t) > 1 and all(c in _BYTES for c in t) and t not in produced_by]
+        stray = [t for t in vocab if len(t) > 1 and t not in produced_by and _token_bytes(t) is not None]
         if stray:
             raise NotExact(f"its BPE uses ignore_merges and token {stray[0]!r} is not the result of a merge")
     n = len(merges)
@@ -206,6 +218,6 @@ def rank_table(model: dict, oracle: Callable[[list[str]], list[list[int]]]) -> R
             parts, rank = _last_merge(t, priority)
             if parts != [t]:  # the oracle said it rebuilds itself: the replay disagrees with HF
                 raise NotExact(f"replaying the merges of {t!r} gives {parts}, not the token")
-        ranks[bytes(_BYTES[c] for c in t)] = rank
+        ranks[as_bytes[t]] = rank
         ids[rank] = vocab[t]
     return RankTable(ranks, ids)
