@@ -54,14 +54,17 @@ equal priorities only come from the same merge, and both take the leftmost;
 so both make the same merge, or both stop. TT's short-cut fires only on a
 word in R, which HF turns into itself by the condition.
 
-**When it fails.** A merge list where a token t = a+bc is listed only as
-(ab, c), but (b, c) has a higher priority than (a, b): HF turns "abc" into
-[a, bc] and stops, TT (which sees the split a | bc of the token abc) merges
-it. Such a t does not rebuild itself; `rank_table` finds it and raises
-`NotExact`, and the tokenizer stays on `tokenizers`. Options whose effect
-TT cannot reproduce (dropout, byte_fallback, an unk token, subword
-prefixes/suffixes) and a vocabulary that lacks a byte that UTF-8 text can
-contain (HF would drop it, TT cannot encode it) fail too.
+**When it fails.** The merges (b, c), (a, b), (ab, c), in that order: HF
+turns "abc" into [a, bc] and stops, as a + bc is no listed merge; TT sees
+the split a | bc of the token abc and merges it (and short-cuts the word
+"abc"). The condition is also necessary for this R: a token that does not
+rebuild itself is itself a word on which the two differ. `rank_table` finds
+such a token and raises `NotExact`, and the tokenizer stays on `tokenizers`.
+(Leaving those tokens out of R would be exact too, HF never forming them by
+(a), but no tokenizer we know needs it.) Options whose effect TT cannot
+reproduce (dropout, byte_fallback, an unk token, subword prefixes/suffixes)
+and a vocabulary that lacks a byte UTF-8 text can hold (HF would drop it, TT
+cannot encode it) fail too.
 
 The condition is checked with HF's own BPE (`oracle`), not a re-implementation
 of it; only tokens produced by several merges are replayed here, to learn
