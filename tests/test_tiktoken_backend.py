@@ -248,6 +248,22 @@ def test_long_runs_and_long_words():
     assert_same_ids(slow, fast, huge + ["after"])
 
 
+@pytest.mark.parametrize("setting, size", [("1", 1), ("3", 3), ("", None)])
+def test_encoding_pool_follows_the_native_thread_limit(monkeypatch, setting, size):
+    """The pool is sized as tokenizers' rayon pool is (threads.limit_native_threads), else by the cores."""
+    from transforms.core.threads import machine_cpus
+
+    monkeypatch.setenv("RAYON_NUM_THREADS", setting)
+    for name in ("_POOL", "_POOL_SIZE", "_POOL_PID"):
+        monkeypatch.setattr(backends, name, getattr(backends, name))  # restored afterwards
+    backends._POOL = None
+    slow, fast = pair("gpt2-bundled")
+    texts = [f"document {i}: " + "Hello world, this is a test. " * 40 for i in range(200)]  # > 64 KiB
+    assert_same_ids(slow, fast, texts)
+    assert backends._POOL_SIZE == (size or machine_cpus())
+    backends._POOL.shutdown(wait=True)
+
+
 def test_lone_surrogates_are_refused_by_both():
     """Readers dead-letter them (transforms.io.readers); the tokenizer refuses them whichever backend runs."""
     slow, fast = pair("gpt2-bundled")

@@ -46,6 +46,7 @@ import numpy as np
 import tokenizers
 from tokenizers import models
 
+from transforms.core.threads import machine_cpus
 from transforms.core.tokenizer.exact import NotExact, check_options, rank_table
 
 __all__ = ["AUTO", "TOKENIZERS", "TIKTOKEN", "BACKENDS", "HfEncoder", "TiktokenEncoder", "select_encoder",
@@ -144,19 +145,28 @@ _CORES: "OrderedDict[str, _Core | NotExact]" = OrderedDict()
 _CORES_LOCK = threading.Lock()
 _CORES_MAX = 4
 _POOL: Optional[ThreadPoolExecutor] = None
+_POOL_SIZE = 1
 _POOL_PID = 0
 _POOL_LOCK = threading.Lock()
-_WORKERS = max(1, os.cpu_count() or 1)
 _LOGGED: set = set()
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _POOL, _POOL_PID
+def _pool() -> tuple[ThreadPoolExecutor, int]:
+    """The process's encoding pool and its size, made on first use.
+
+    Its size is the limit tokenizers' own (rayon) pool has: RAYON_NUM_THREADS,
+    which `threads.limit_native_threads` sets to the cores one worker process
+    gets before the first encode (a user's own setting wins), else every core.
+    """
+    global _POOL, _POOL_SIZE, _POOL_PID
     with _POOL_LOCK:
         # A forked worker process inherits the pool object but not its threads.
         if _POOL is None or _POOL_PID != os.getpid():
-            _POOL, _POOL_PID = ThreadPoolExecutor(_WORKERS, thread_name_prefix="tiktoken"), os.getpid()
-        return _POOL
+            env = os.environ.get("RAYON_NUM_THREADS", "").strip()
+            _POOL_SIZE = int(env) if env.isdigit() and int(env) > 0 else machine_cpus()
+            _POOL = ThreadPoolExecutor(_POOL_SIZE, thread_name_prefix="tiktoken")
+            _POOL_PID = os.getpid()
+        return _POOL, _POOL_SIZE
 
 
 def _core_for(backend: tokenizers.Tokenizer, pattern: str) -> _Core:
@@ -386,9 +396,12 @@ class TiktokenEncoder:
         """
         texts = list(texts)
         total = sum(map(len, texts))
-        if total < _PARALLEL_CHARS or _WORKERS < 2 or len(texts) < 2:
+        if total < _PARALLEL_CHARS or len(texts) < 2:
             return self._encode_run(texts, add_special_tokens, eos)
-        runs, start, size, target = [], 0, 0, total / (2 * _WORKERS)
+        pool, workers = _pool()
+        if workers < 2:
+            return self._encode_run(texts, add_special_tokens, eos)
+        runs, start, size, target = [], 0, 0, total / (2 * workers)
         for i, t in enumerate(texts):
             size += len(t)
             if size >= target:
@@ -396,7 +409,7 @@ class TiktokenEncoder:
                 start, size = i + 1, 0
         if start < len(texts):
             runs.append((start, len(texts)))
-        futures = [_pool().submit(self._encode_run, texts[a:b], add_special_tokens, eos) for a, b in runs]
+        futures = [pool.submit(self._encode_run, texts[a:b], add_special_tokens, eos) for a, b in runs]
         return [ids for f in futures for ids in f.result()]
 
 
