@@ -399,8 +399,6 @@ class TiktokenEncoder:
         if total < _PARALLEL_CHARS or len(texts) < 2:
             return self._encode_run(texts, add_special_tokens, eos)
         pool, workers = _pool()
-        if workers < 2:
-            return self._encode_run(texts, add_special_tokens, eos)
         runs, start, size, target = [], 0, 0, total / (2 * workers)
         for i, t in enumerate(texts):
             size += len(t)
