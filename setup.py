@@ -17,6 +17,7 @@ setup(
         "h5py>=3.8",
         "numpy>=1.24",
         "tokenizers>=0.15",
+        "tiktoken>=0.14",  # the fast exact encoder backend (transforms/core/tokenizer/backends.py)
         "ftfy>=6.1",
         "pyarrow>=12",
         "zstandard>=0.21",

@@ -1,15 +1,18 @@
-"""End-to-end benchmark against the physical limit: `make bench`.
+"""End-to-end benchmark against the physical limits: `make bench`.
 
-The limit is the raw `tokenizers` encode_batch throughput on the same texts,
-in this process, on all cores. Each configuration then runs the real command
+Two limits, each the raw throughput of one encoder backend on the same texts,
+in this process, on all cores, in batches of 1,024 documents: `tokenizers`
+(encode_batch_fast) and tiktoken (the backend the job uses where it is exact,
+`transforms.core.tokenizer.backends.TiktokenEncoder.encode_batch`); their
+token counts must agree. Each configuration then runs the real command
 in a child process with the command's default runner options, timed from
 the child's start (interpreter and imports included) to its exit, after
 data_params.json is written, with the peak RSS of its whole process tree.
 
-Shared machines are noisy, so `--repeat` rounds each measure the limit and
+Shared machines are noisy, so `--repeat` rounds each measure the limits and
 then every configuration; the table shows medians, and each ratio is the
 median of the per-round ratios (a configuration against its own round's
-limit).
+limits): "of limit" against `tokenizers`, "of fast" against tiktoken.
 
     python benchmarks/bench.py [--corpus PATH.jsonl.zst|.jsonl] [--limit-bytes N] [--msl 2048]
                                [--configs ftfy_off,ftfy_on,shuffle] [--repeat 3]
@@ -36,6 +39,7 @@ CONFIGS = {
     "ftfy_on": ["--use_ftfy", "True"],
     "shuffle": ["--shuffle", "True"],
     "multi_processing_2": ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"],
+    "tokenizers_backend": ["--tokenizer_backend", "tokenizers"],  # ftfy_off encoded by tokenizers, for A/B
 }
 
 
@@ -60,20 +64,29 @@ def prepare(corpus: Path, limit_bytes: int, work: Path) -> Path:
     return out_dir
 
 
-def measure_limit(input_dir: Path) -> dict:
+def measure_limits(input_dir: Path) -> tuple[dict, dict]:
+    """The raw speed of `tokenizers` and of the tiktoken backend on the texts, in the same way."""
     from transforms.core.tokenizer import build_tokenizer
     from transforms.io.tokenizer_files import read_tokenizer_files
 
     texts = [json.loads(line)["text"] for p in sorted(input_dir.glob("*.jsonl")) for line in open(p)]
-    tok = build_tokenizer(read_tokenizer_files("GPT2Tokenizer", vocab_file=str(GPT2 / "vocab.bpe"),
-                                               encoder_file=str(GPT2 / "encoder.json")))
+    files = read_tokenizer_files("GPT2Tokenizer", vocab_file=str(GPT2 / "vocab.bpe"),
+                                 encoder_file=str(GPT2 / "encoder.json"), backend="tiktoken")
+    tok = build_tokenizer(files)
     nbytes = sum(len(t.encode("utf-8")) for t in texts)
-    start = time.perf_counter()
-    tokens = 0
-    for i in range(0, len(texts), 1024):  # batches, as any real user of encode_batch would
-        tokens += sum(len(e.ids) for e in tok.backend.encode_batch_fast(texts[i:i + 1024]))
-    seconds = time.perf_counter() - start
-    return {"bytes": nbytes, "tokens": tokens, "seconds": seconds}
+    encoders = {"tokenizers": lambda batch: [len(e.ids) for e in tok.backend.encode_batch_fast(batch)],
+                "tiktoken": lambda batch: [len(ids) for ids in tok.encoder.encode_batch(batch)]}
+    out = {}
+    for name, encode in encoders.items():
+        start = time.perf_counter()
+        tokens = 0
+        for i in range(0, len(texts), 1024):  # batches, as any real user of encode_batch would
+            tokens += sum(encode(texts[i:i + 1024]))
+        out[name] = {"bytes": nbytes, "tokens": tokens, "seconds": time.perf_counter() - start}
+    if out["tokenizers"]["tokens"] != out["tiktoken"]["tokens"]:
+        raise SystemExit(f"the backends disagree: {out['tokenizers']['tokens']} tokens from tokenizers, "
+                         f"{out['tiktoken']['tokens']} from tiktoken")
+    return out["tokenizers"], out["tiktoken"]
 
 
 MEASURE = r"""
@@ -119,35 +132,41 @@ def main() -> int:
     try:
         input_dir = prepare(args.corpus, args.limit_bytes, work)
         names = args.configs.split(",")
-        limits, runs = [], {name: [] for name in names}
+        limits, fast_limits, runs = [], [], {name: [] for name in names}
         for _ in range(max(1, args.repeat)):
-            limits.append(measure_limit(input_dir))
+            slow, fast = measure_limits(input_dir)
+            limits.append(slow)
+            fast_limits.append(fast)
             for name in names:
                 runs[name].append(run_config(name, input_dir, work, args.msl))
         limit = limits[-1]
         mb = limit["bytes"] / 1e6
         limit_s = [x["seconds"] for x in limits]
+        fast_s = [x["seconds"] for x in fast_limits]
         print(f"\ncorpus {args.corpus.name}: {mb:.1f} MB of text, msl {args.msl}, {os.cpu_count()} cores, "
               f"{len(limits)} rounds (medians; seconds min-max)\n")
-        print(f"{'run':<22}{'seconds':>9}{'min-max':>13}{'MB/s':>8}{'Mtok/s':>8}{'of limit':>10}{'per round':>16}"
-              f"{'peak RSS MB':>13}  stages (s, last round)")
+        print(f"{'run':<24}{'seconds':>9}{'min-max':>13}{'MB/s':>8}{'Mtok/s':>8}{'of limit':>10}{'of fast':>9}"
+              f"{'per round':>16}{'peak RSS MB':>13}  stages (s, last round)")
 
-        def line(name, seconds, tokens, ratios, rss, stages):
+        def line(name, seconds, tokens, rss, stages):
             spread = f"{min(seconds):.1f}-{max(seconds):.1f}"
             med = statistics.median(seconds)
+            ratios = [lim / s for lim, s in zip(limit_s, seconds)]
+            of_fast = [lim / s for lim, s in zip(fast_s, seconds)]
             per_round = " ".join(f"{r:.0%}" for r in ratios)
             stage_text = " ".join(f"{k} {v:.1f}" for k, v in stages.items())
             rss_text = f"{rss:.0f}" if rss is not None else "-"
-            print(f"{name:<22}{med:>9.1f}{spread:>13}{mb / med:>8.2f}{tokens / med / 1e6:>8.2f}"
-                  f"{statistics.median(ratios):>10.0%}{per_round:>16}{rss_text:>13}  {stage_text}")
+            print(f"{name:<24}{med:>9.1f}{spread:>13}{mb / med:>8.2f}{tokens / med / 1e6:>8.2f}"
+                  f"{statistics.median(ratios):>10.0%}{statistics.median(of_fast):>9.0%}{per_round:>16}"
+                  f"{rss_text:>13}  {stage_text}")
 
-        line("limit: encode_batch", limit_s, limit["tokens"], [1.0] * len(limit_s), None, {})
+        line("limit: tokenizers", limit_s, limit["tokens"], None, {})
+        line("limit: tiktoken (fast)", fast_s, limit["tokens"], None, {})
         for name in names:
             seconds = [r["seconds"] for r in runs[name]]
             last = runs[name][-1]
             line(name, seconds, last["params"]["post-process"]["loss_valid_tokens"],
-                 [lim / s for lim, s in zip(limit_s, seconds)], max(r["peak_rss_mb"] for r in runs[name]),
-                 last["params"].get("run", {}).get("stage_seconds", {}))
+                 max(r["peak_rss_mb"] for r in runs[name]), last["params"].get("run", {}).get("stage_seconds", {}))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

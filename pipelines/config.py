@@ -22,6 +22,7 @@ __all__ = ["Config", "ConfigError", "MODES", "build_parser", "load_config", "SET
 LMDATA, SUMMARIZATION, FIM = "LMData", "Summarization", "FIM"
 MODES = (LMDATA, SUMMARIZATION, FIM)
 TOKENIZER_TYPES = ("GPT2Tokenizer", "NeoXTokenizer", "HuggingFaceTokenizer")
+TOKENIZER_BACKENDS = ("auto", "tokenizers", "tiktoken")  # transforms.core.tokenizer.BACKENDS
 PROCESSOR_NAMES = {
     LMDATA: "LMDataPreprocessor",
     SUMMARIZATION: "SummarizationPreprocessor",
@@ -66,6 +67,9 @@ SETTINGS: tuple[Setting, ...] = (
     _s("encoder_file", "processing", "str", None, "GPT-2 encoder.json, or NeoX tokenizer.json"),
     _s("eos_id", "processing", "int", None, "override the EOS id (also sets pad)"),
     _s("pad_id", "processing", "int", None, "override the pad id"),
+    _s("tokenizer_backend", "processing", "str", "auto",
+       "who encodes: auto (tiktoken where it gives exactly the ids of tokenizers, else tokenizers), tokenizers, "
+       "or tiktoken (an error where it is not exact); the output is the same"),
     _s("max_seq_length", "processing", "int", 2048, "tokens per row"),
     _s("short_seq_prob", "processing", "float", 0.0, "probability of truncating a row to a random length"),
     _s("output_name", "processing", "str", "examples", "prefix of the .h5 file names"),
@@ -167,7 +171,7 @@ class Config:
 
     def fingerprint(self, exclude: tuple = ("resume_from_checkpoint", "display_pbar", "overwrite_output",
                                             "processes", "output_dir", "max_bad_record_fraction",
-                                            "shuffle_strategy")) -> str:
+                                            "shuffle_strategy", "tokenizer_backend")) -> str:
         """Hash of everything that determines the output bytes."""
         relevant = {k: v for k, v in self.values if k not in exclude}
         relevant["mode"] = self.mode
@@ -358,6 +362,8 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
     _require(v["packing_group_mb"] >= 1, "packing_group_mb: must be >= 1")
     _require(v["max_record_mb"] >= 1, "max_record_mb: must be >= 1")
     _require(0 <= v["gzip_level"] <= 9, "gzip_level: must be 0-9")
+    _require(v["tokenizer_backend"] in TOKENIZER_BACKENDS,
+             f"tokenizer_backend: {v['tokenizer_backend']!r} is not one of {', '.join(TOKENIZER_BACKENDS)}")
     _require(v["shuffle_strategy"] in ("auto", "disk", "runner"),
              f"shuffle_strategy: {v['shuffle_strategy']!r} is not one of auto, disk, runner")
     _require(v["processes"] is None or v["processes"] >= 0, "processes: must be >= 0")

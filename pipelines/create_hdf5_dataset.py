@@ -242,7 +242,7 @@ def plan_job(config: Config) -> JobPlan:
         tok_files = read_tokenizer_files(
             config.tokenizer_type, vocab_file=config.vocab_file, encoder_file=config.encoder_file,
             huggingface_tokenizer=config.huggingface_tokenizer, eos_id=config.eos_id, pad_id=config.pad_id,
-            sep_token=config.sep_token if config.mode == SUMMARIZATION else None)
+            sep_token=config.sep_token if config.mode == SUMMARIZATION else None, backend=config.tokenizer_backend)
         tokenizer = shared_tokenizer(tok_files)
     except (FileNotFoundError, ValueError, OSError) as e:
         raise UserError(f"tokenizer: {e}") from None
@@ -262,7 +262,8 @@ def plan_job(config: Config) -> JobPlan:
     sections["processing"]["pad_id"] = config.pad_id
     extra = {"tokenizer": {"fingerprint": tokenizer.fingerprint(), "vocab_size": tokenizer.vocab_size,
                            "eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id, "bos_id": tokenizer.bos_id,
-                           "sep_id": tokenizer.sep_id},
+                           "sep_id": tokenizer.sep_id, "encoder": tokenizer.encoder_name,
+                           **({"encoder_note": tokenizer.encoder_note} if tokenizer.encoder_note else {})},
              "config_fingerprint": config.fingerprint()}
     return JobPlan(
         mode=config.mode,

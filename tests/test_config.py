@@ -219,6 +219,18 @@ def test_gzip_level_out_of_range():
     assert load_config(lm())[0].gzip_level == 4
 
 
+def test_tokenizer_backend(tmp_path):
+    assert load(lm()).tokenizer_backend == "auto"
+    assert load(lm("--tokenizer_backend", "tokenizers")).tokenizer_backend == "tokenizers"
+    params = write_yaml(tmp_path, {"processing": {"tokenizer_backend": "tiktoken"}})
+    config = load(lm("--params", params))
+    assert config.tokenizer_backend == "tiktoken" and config.source_of("tokenizer_backend") == "yaml"
+    assert config.sections()["processing"]["tokenizer_backend"] == "tiktoken"
+    assert_config_error(lm("--tokenizer_backend", "sentencepiece"), "tokenizer_backend")
+    bad = write_yaml(tmp_path, {"processing": {"tokenizer_backend": "fast"}}, name="bad.yaml")
+    assert_config_error(lm("--params", bad), "tokenizer_backend")
+
+
 def test_num_output_files_with_files_per_record(tmp_path):
     assert_config_error(lm("--num_output_files", "4", "--files_per_record", "10"),
                         "num_output_files", "files_per_record")
@@ -351,4 +363,6 @@ def test_fingerprint():
     assert load(lm()).fingerprint() == base
     assert load(lm("--max_seq_length", "128")).fingerprint() != base
     assert load(lm("--display_pbar", "False")).fingerprint() == base
+    # Either backend writes the same files: a run may be resumed with the other one.
+    assert load(lm("--tokenizer_backend", "tokenizers")).fingerprint() == base
     assert load(lm("--min_sequence_len", "3")).fingerprint() != base

@@ -102,7 +102,8 @@ def test_dry_run_with_setup_file_stages_our_packages(tmp_path, monkeypatch):
     with tarfile.open(staged["workflow.tar.gz"]) as tar:
         members = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
     for module in ("pipelines/create_hdf5_dataset.py", "pipelines/config.py", "transforms/io/fs.py",
-                   "transforms/io/hdf5_sink.py", "transforms/core/tokenizer.py"):
+                   "transforms/io/hdf5_sink.py", "transforms/core/tokenizer/__init__.py",
+                   "transforms/core/tokenizer/backends.py", "transforms/core/tokenizer/exact.py"):
         assert module in members, f"{module} missing from the staged package"
 
 

@@ -22,11 +22,11 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-CORE = sorted((ROOT / "transforms" / "core").glob("*.py"))
+CORE = sorted((ROOT / "transforms" / "core").rglob("*.py"))
 NOT_PIPELINES = sorted((ROOT / "transforms").rglob("*.py"))
 
 
-@pytest.mark.parametrize("path", CORE, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CORE, ids=lambda p: str(p.relative_to(ROOT / "transforms" / "core")))
 def test_core_is_pure(path):
     imports = _imports(path)
     assert "apache_beam" not in imports

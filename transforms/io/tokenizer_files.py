@@ -36,14 +36,16 @@ def read_tokenizer_files(
     eos_id: Optional[int] = None,
     pad_id: Optional[int] = None,
     sep_token: Optional[str] = None,
+    backend: str = "auto",
 ) -> TokenizerFiles:
     """Read what `kind` needs, named by the reference's flags.
 
     GPT2Tokenizer: --encoder_file (encoder.json) and --vocab_file (vocab.bpe);
     NeoXTokenizer: --encoder_file (tokenizer.json); HuggingFaceTokenizer:
     --huggingface_tokenizer, a directory (local or fsspec URL) or a hub name.
+    `backend` (--tokenizer_backend) says which library encodes.
     """
-    overrides = dict(eos_id=eos_id, pad_id=pad_id, sep_token=sep_token)
+    overrides = dict(eos_id=eos_id, pad_id=pad_id, sep_token=sep_token, backend=backend)
     if kind == GPT2:
         if not encoder_file:
             raise ValueError("--encoder_file is required for GPT2Tokenizer (encoder.json / vocab.json)")

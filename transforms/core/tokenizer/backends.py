@@ -1,0 +1,451 @@
+"""Encoder backends: texts -> token ids, by `tokenizers` or, where it is exact, by `tiktoken`.
+
+Decoding, vocabulary look-ups and everything else stay on the
+`tokenizers.Tokenizer`; only encoding has two implementations, which give the
+same ids (`exact` proves it for the BPE, this module mirrors the layers
+around it) and differ in speed: tiktoken encodes 2-4x faster (measured on
+the benchmark corpora, 2 cores).
+
+`TiktokenEncoder` reproduces `tokenizers.Tokenizer.encode` layer by layer,
+with the tokenizer's own pieces where a layer is not the BPE:
+
+1. added tokens are split out of the text first, leftmost-longest, those
+   matched on the raw text (`normalized` False) before the rest is
+   normalized, then those matched on normalized text (by their normalized
+   content); empty pieces are dropped (`AddedVocabulary.extract_and_normalize`);
+2. each other piece is normalized by the tokenizer's own normalizer object
+   (Unicode normal forms only; a piece of ASCII text is left alone, as every
+   normal form leaves it unchanged), gets the ByteLevel prefix space when it
+   does not start with one, and is cut into words by the pre-tokenizer's
+   regex, which tiktoken runs (only patterns whose two regex engines,
+   Oniguruma in tokenizers and fancy-regex in tiktoken, were compared code
+   point by code point: `VERIFIED_PATTERNS`);
+3. each word is BPE-encoded with `exact.rank_table`'s ranks, mapped to ids;
+4. the post-processor's ids (BOS...) go around the text, as `affixes` finds them.
+
+Anything else (other normalizers or pre-tokenizers, added tokens that strip
+or match single words, truncation or padding) keeps the tokenizer on
+`tokenizers`. A new encoder is also compared with `tokenizers` on probe texts
+before it is used, a guard against a `tokenizers` release that changes a layer.
+A text whose regex split tiktoken gives up on (fancy-regex's backtracking
+stack overflows on a run of about a million spaces) is encoded by `tokenizers`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import tokenizers
+from tokenizers import models
+
+from transforms.core.threads import machine_cpus
+from transforms.core.tokenizer.exact import NotExact, check_options, rank_table
+
+__all__ = ["AUTO", "TOKENIZERS", "TIKTOKEN", "BACKENDS", "HfEncoder", "TiktokenEncoder", "select_encoder",
+           "affixes", "VERIFIED_PATTERNS", "GPT2_PATTERN", "CL100K_PATTERN"]
+
+AUTO, TOKENIZERS, TIKTOKEN = "auto", "tokenizers", "tiktoken"
+BACKENDS = (AUTO, TOKENIZERS, TIKTOKEN)
+
+log = logging.getLogger(__name__)
+
+# tokenizers' ByteLevel regex (pre_tokenizers/byte_level.rs), the GPT-2 pattern.
+GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+# cl100k's pattern, as Llama-3 and OLMo-2 spell it in a Split pre-tokenizer.
+CL100K_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Both match every character (each is a letter, a number, whitespace or none
+# of these), so a Split that keeps the gaps between matches never has one.
+VERIFIED_PATTERNS = frozenset({GPT2_PATTERN, CL100K_PATTERN})
+_NORMAL_FORMS = frozenset({"NFC", "NFD", "NFKC", "NFKD"})
+_FIXED_AFFIX_PROCESSORS = frozenset({"ByteLevel", "TemplateProcessing", "RobertaProcessing", "BertProcessing"})
+# tiktoken's one special token (an empty alternation would match everywhere).
+# Ordinary encoding never allows it, so there it is plain text. Where a piece
+# holds added tokens matched after normalization, each is replaced by this
+# marker and the piece is encoded in one call with the marker allowed: tiktoken
+# then encodes the text between markers exactly as separate calls would, and
+# the marker's rank is replaced by the tokens' ids. A piece that already holds
+# the marker takes the slow path. ASCII first, so that skipping an occurrence
+# lands on a character boundary; no backslash, as it is a re.sub replacement.
+_MARKER = "\x00\x01create_hdf5_dataset\x01\x00"
+_PROBES = (
+    "Hello world, this is a test. It's 2024: 12345 items cost $3.50 -- ok? Yes!",
+    "Spaces  double   triple\tand tabs\nnew line\n\n  indented line \u00a0nbsp x\r\ny\u3000z\u2028",
+    "\u00dcn\u00efc\u00f6d\u00e9 fa\u00e7ade e\u0301 \u4e2d\u6587 \u65e5\u672c\u8a9e \ud55c\uad6d\uc5b4 "
+    "\U0001f600\U0001f468\u200d\U0001f469 \u0627\u0644\u0639\u0631\u0628\u064a\u0629 \u1e9b\u0323 \ufb01 x",
+    "def f(x):\n    return x ** 2  # comment\n\n\t\tclass A: pass  \n",
+    "I'M you're THEY'LL it'd we've 1234567 \u0661\u0662\u0663 \u2163 x\u0300\u0301",
+    "",
+    " ",
+    "   leading and trailing   ",
+)
+_PARALLEL_CHARS = 1 << 16  # smaller batches are encoded in the calling thread
+_AFFIX_PROBES = ("a", "0", "x y", ".", "\u4e00")
+
+
+def affixes(backend: tokenizers.Tokenizer) -> tuple[list[int], list[int]]:
+    """The ids the post-processor puts before and after the text, found empirically."""
+    for probe in _AFFIX_PROBES:
+        enc = backend.encode(probe, add_special_tokens=True)
+        # special_tokens_mask marks post-processor tokens only, not special text.
+        mask = enc.special_tokens_mask
+        if 0 in mask:
+            last = len(mask) - mask[::-1].index(0)
+            return enc.ids[: mask.index(0)], enc.ids[last:]
+    return [], []
+
+
+class _RegexLimit(Exception):
+    """fancy-regex gave up on a text (its backtracking stack: a run of about a million spaces)."""
+
+
+class HfEncoder:
+    """`tokenizers`' own encode_batch_fast (it releases the GIL and uses every core)."""
+
+    name = TOKENIZERS
+
+    def __init__(self, backend: tokenizers.Tokenizer, reason: Optional[str] = None):
+        self._backend = backend
+        self.reason = reason  # why not tiktoken, when auto chose this one
+
+    def encode_batch(self, texts: Sequence[str], *, add_special_tokens: bool = True,
+                     eos: Optional[int] = None) -> list[np.ndarray]:
+        """int32 ids of each text, followed by `eos` when given."""
+        encodings = self._backend.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)
+        if eos is None:
+            return [np.asarray(e.ids, dtype=np.int32) for e in encodings]
+        return [np.asarray(e.ids + [eos], dtype=np.int32) for e in encodings]
+
+
+class _Core:
+    """A tiktoken Encoding with the rank table of one BPE model and regex: shared, immutable."""
+
+    def __init__(self, model: dict, oracle: Callable, pattern: str):
+        try:
+            import tiktoken
+        except ImportError:
+            raise NotExact("tiktoken is not installed") from None
+
+        table = rank_table(model, oracle)
+        self.marker = len(table.ids)  # the marker's rank: beyond every token's
+        self.encoding = tiktoken.Encoding(f"create_hdf5_dataset-{len(table.ranks)}", pat_str=pattern,
+                                          mergeable_ranks=table.ranks, special_tokens={_MARKER: self.marker})
+        self.ids = np.append(table.ids, np.int32(-1))
+
+
+_CORES: "OrderedDict[str, _Core | NotExact]" = OrderedDict()
+_CORES_LOCK = threading.Lock()
+_CORES_MAX = 4
+_POOL: Optional[ThreadPoolExecutor] = None
+_POOL_SIZE = 1
+_POOL_PID = 0
+_POOL_LOCK = threading.Lock()
+_LOGGED: set = set()
+
+
+def _pool() -> tuple[ThreadPoolExecutor, int]:
+    """The process's encoding pool and its size, made on first use.
+
+    Its size is the limit tokenizers' own (rayon) pool has: RAYON_NUM_THREADS,
+    which `threads.limit_native_threads` sets to the cores one worker process
+    gets before the first encode (a user's own setting wins), else every core.
+    """
+    global _POOL, _POOL_SIZE, _POOL_PID
+    with _POOL_LOCK:
+        # A forked worker process inherits the pool object but not its threads.
+        if _POOL is None or _POOL_PID != os.getpid():
+            env = os.environ.get("RAYON_NUM_THREADS", "").strip()
+            _POOL_SIZE = int(env) if env.isdigit() and int(env) > 0 else machine_cpus()
+            _POOL = ThreadPoolExecutor(_POOL_SIZE, thread_name_prefix="tiktoken")
+            _POOL_PID = os.getpid()
+        return _POOL, _POOL_SIZE
+
+
+def _core_for(backend: tokenizers.Tokenizer, pattern: str) -> _Core:
+    """The (cached) core of a tokenizer's BPE model: checking the model costs a few tenths of a second."""
+    model_json = tokenizers.Tokenizer(backend.model).to_str()
+    key = hashlib.sha256(model_json.encode("utf-8") + b"\0" + pattern.encode("utf-8")).hexdigest()
+    with _CORES_LOCK:
+        core = _CORES.get(key)
+        if core is None:
+            model = json.loads(model_json)["model"]
+            try:
+                core = _Core(model, _oracle(backend, model), pattern)
+            except NotExact as e:
+                core = e
+            _CORES[key] = core
+            while len(_CORES) > _CORES_MAX:
+                _CORES.popitem(last=False)
+        else:
+            _CORES.move_to_end(key)
+    if isinstance(core, NotExact):
+        raise core
+    return core
+
+
+def _oracle(backend: tokenizers.Tokenizer, model: dict) -> Callable[[list[str]], list[list[int]]]:
+    """tokenizers' BPE alone: each text is one word (no normalizer, pre-tokenizer or added tokens)."""
+    if model.get("ignore_merges"):
+        # The check needs the merges' own result, which ignore_merges would short-cut.
+        merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+        bpe = models.BPE(model["vocab"], merges)
+    else:
+        bpe = backend.model
+    # The model itself, one word per call: encode_batch would build an Encoding per
+    # token of the vocabulary (tens of megabytes for a moment).
+    return lambda texts: [[t.id for t in bpe.tokenize(text)] for text in texts]
+
+
+def _state(component) -> Optional[dict]:
+    return None if component is None else json.loads(component.__getstate__())
+
+
+def _pre_tokenizer(state: Optional[dict]) -> tuple[str, bool]:
+    """The regex tiktoken cuts words with, and whether each piece gets a prefix space."""
+    kind = (state or {}).get("type")
+    if kind == "ByteLevel" and state.get("use_regex", True):
+        return GPT2_PATTERN, bool(state.get("add_prefix_space"))
+    if kind == "Sequence" and len(state.get("pretokenizers") or []) == 2:
+        split, byte_level = state["pretokenizers"]
+        if (split.get("type") == "Split" and byte_level.get("type") == "ByteLevel"
+                and not byte_level.get("use_regex", True) and not byte_level.get("add_prefix_space")):
+            pattern = (split.get("pattern") or {}).get("Regex")
+            keeps_matches = (split.get("behavior"), bool(split.get("invert"))) in (("Removed", True),
+                                                                                   ("Isolated", False))
+            if pattern in VERIFIED_PATTERNS and keeps_matches:
+                return pattern, False
+            raise NotExact(f"its Split pre-tokenizer ({split.get('behavior')}, invert {split.get('invert')}, "
+                           f"pattern {pattern!r}) is not one whose regex was verified against tiktoken's")
+    raise NotExact(f"its pre-tokenizer ({json.dumps(state)[:100]}) is not a byte-level one")
+
+
+def _normal_forms(state: Optional[dict]) -> bool:
+    """Whether the normalizer is made of Unicode normal forms only (False: there is none)."""
+    if state is None:
+        return False
+    kinds = [n.get("type") for n in state.get("normalizers", [])] if state.get("type") == "Sequence" \
+        else [state.get("type")]
+    if not all(k in _NORMAL_FORMS for k in kinds):
+        raise NotExact(f"its normalizer ({', '.join(map(str, kinds))}) is not made of Unicode normal forms")
+    return bool(kinds)
+
+
+def _check_post_processor(state: Optional[dict]) -> None:
+    kinds = [p.get("type") for p in state.get("processors", [])] if state and state.get("type") == "Sequence" \
+        else [state.get("type")] if state else []
+    odd = [k for k in kinds if k not in _FIXED_AFFIX_PROCESSORS]
+    if odd:
+        raise NotExact(f"its post-processor ({', '.join(map(str, odd))}) may add ids that depend on the text")
+
+
+def _check_model(model) -> None:
+    # The same checks rank_table makes, from the model's attributes: without serializing its vocabulary.
+    check_options({"type": type(model).__name__, **{key: getattr(model, key, None) for key in (
+        "dropout", "byte_fallback", "unk_token", "continuing_subword_prefix", "end_of_word_suffix")}})
+
+
+def _check_tokenizer(backend: tokenizers.Tokenizer) -> None:
+    if backend.truncation is not None or backend.padding is not None:
+        raise NotExact("it truncates or pads encodings")
+    if getattr(backend, "encode_special_tokens", False):
+        raise NotExact("it encodes special tokens as text (encode_special_tokens)")
+    for token in backend.get_added_tokens_decoder().values():
+        if token.lstrip or token.rstrip or token.single_word:
+            raise NotExact(f"its added token {token.content!r} strips spaces or matches single words")
+
+
+def _layers(backend: tokenizers.Tokenizer) -> tuple[str, bool, Optional[Callable[[str], str]]]:
+    """(regex, prefix space, normalizer) of a tokenizer tiktoken can stand in for; else NotExact
+    naming every layer it cannot reproduce."""
+    reasons, found = [], []
+    for step in (lambda: _check_model(backend.model), lambda: _check_tokenizer(backend),
+                 lambda: _normal_forms(_state(backend.normalizer)),
+                 lambda: _pre_tokenizer(_state(backend.pre_tokenizer)),
+                 lambda: _check_post_processor(_state(backend.post_processor))):
+        try:
+            found.append(step())
+        except NotExact as e:
+            reasons.append(str(e))
+    if reasons:
+        raise NotExact("; ".join(reasons))
+    _, _, has_normalizer, (pattern, prefix_space), _ = found
+    return pattern, prefix_space, backend.normalizer.normalize_str if has_normalizer else None
+
+
+def _literal_alternation(contents: list[str]) -> Optional["re.Pattern[str]"]:
+    # Python's re tries alternatives in order at the leftmost position that
+    # matches: longest first gives tokenizers' leftmost-longest matching.
+    if not contents:
+        return None
+    return re.compile("|".join(re.escape(c) for c in sorted(contents, key=lambda c: (-len(c), c))))
+
+
+class TiktokenEncoder:
+    """tokenizers' encode reproduced on tiktoken's BPE; NotExact from the constructor when it cannot be."""
+
+    name = TIKTOKEN
+
+    def __init__(self, backend: tokenizers.Tokenizer):
+        pattern, self._prefix_space, self._normalize = _layers(backend)
+        raw, normalized = {}, {}
+        for i, token in backend.get_added_tokens_decoder().items():
+            if not token.content:
+                continue
+            if token.normalized and self._normalize and self._normalize(token.content) != token.content:
+                raise NotExact(f"its added token {token.content!r} changes when normalized")
+            content = token.content
+            table = normalized if token.normalized else raw
+            if table.get(content, i) != i:
+                raise NotExact(f"two added tokens match the same text {content!r}")
+            table[content] = i
+        self._raw, self._raw_re = raw, _literal_alternation(list(raw))
+        self._normalized, self._normalized_re = normalized, _literal_alternation(list(normalized))
+        self._simple = not (raw or normalized or self._normalize or self._prefix_space)
+        self._backend = backend  # for the texts tiktoken's regex engine gives up on
+        core = _core_for(backend, pattern)
+        self._encoding, self._ids, self._marker = core.encoding, core.ids, core.marker
+        self._marker_allowed = {_MARKER}
+        prefix, suffix = affixes(backend)
+        self._prefix = np.asarray(prefix, dtype=np.int32)
+        self._suffix = np.asarray(suffix, dtype=np.int32)
+        for add_special_tokens in (True, False):
+            mine = self.encode_batch(_PROBES, add_special_tokens=add_special_tokens)
+            theirs = backend.encode_batch_fast(list(_PROBES), add_special_tokens=add_special_tokens)
+            for text, a, b in zip(_PROBES, mine, theirs):
+                if a.tolist() != b.ids:
+                    raise NotExact(f"tiktoken and tokenizers disagree on the probe text {text[:40]!r}")
+        probe = " x ".join(list(raw) + list(normalized))
+        if probe and self.encode_batch([probe])[0].tolist() != backend.encode(probe).ids:
+            raise NotExact("tiktoken and tokenizers disagree on a text of its added tokens")
+
+    def _ranks(self, text: str, allowed: set) -> np.ndarray:
+        try:
+            return self._encoding.encode_to_numpy(text, allowed_special=allowed, disallowed_special=())
+        except UnicodeEncodeError as e:
+            # As tokenizers: a str that is no valid Unicode (a lone surrogate) is refused.
+            raise TypeError(f"cannot encode text that is not valid Unicode: {e}") from None
+        except ValueError as e:
+            if "Regex error" not in str(e):
+                raise
+            raise _RegexLimit(str(e)) from None
+
+    def _words(self, text: str) -> np.ndarray:
+        return self._ids[self._ranks(text, set())]
+
+    def _marked_words(self, piece: str) -> np.ndarray:
+        """A piece with the added tokens matched after normalization, in one tiktoken call (see _MARKER)."""
+        tokens = [self._normalized[m] for m in self._normalized_re.findall(piece)]
+        if not tokens:
+            return self._words(piece)
+        ranks = self._ranks(self._normalized_re.sub(_MARKER, piece), self._marker_allowed)
+        ids = self._ids[ranks]
+        ids[ranks == self._marker] = tokens
+        return ids
+
+    def _text_ids(self, text: str) -> list[np.ndarray]:
+        out: list[np.ndarray] = []
+        for piece, token in _split(text, self._raw_re, self._raw):
+            if token is not None:
+                out.append(np.asarray([token], dtype=np.int32))
+                continue
+            if self._normalize is not None and not piece.isascii():
+                piece = self._normalize(piece)
+            if self._normalized_re is not None and not self._prefix_space and _MARKER not in piece:
+                out.append(self._marked_words(piece))
+                continue
+            for word, token2 in _split(piece, self._normalized_re, self._normalized):
+                if token2 is not None:
+                    out.append(np.asarray([token2], dtype=np.int32))
+                elif self._prefix_space and not word.startswith(" "):
+                    out.append(self._words(" " + word))
+                else:
+                    out.append(self._words(word))
+        return out
+
+    def _encode_one(self, text: str, add_special_tokens: bool, eos: Optional[int]) -> np.ndarray:
+        try:
+            parts = [self._words(text)] if self._simple else self._text_ids(text)
+        except _RegexLimit:
+            ids = self._backend.encode(text, add_special_tokens=add_special_tokens).ids
+            return np.asarray(ids if eos is None else ids + [eos], dtype=np.int32)
+        if add_special_tokens and (len(self._prefix) or len(self._suffix)):
+            parts = [self._prefix, *parts, self._suffix]
+        if eos is not None:
+            parts.append(np.asarray([eos], dtype=np.int32))
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+    def _encode_run(self, texts: Sequence[str], add_special_tokens: bool, eos: Optional[int]) -> list[np.ndarray]:
+        return [self._encode_one(t, add_special_tokens, eos) for t in texts]
+
+    def encode_batch(self, texts: Sequence[str], *, add_special_tokens: bool = True,
+                     eos: Optional[int] = None) -> list[np.ndarray]:
+        """int32 ids of each text, followed by `eos` when given; large batches on every core.
+
+        tiktoken releases the GIL while it encodes one text, so the batch is
+        cut into runs of texts of about equal size, one task per run.
+        """
+        texts = list(texts)
+        total = sum(map(len, texts))
+        if total < _PARALLEL_CHARS or len(texts) < 2:
+            return self._encode_run(texts, add_special_tokens, eos)
+        pool, workers = _pool()
+        runs, start, size, target = [], 0, 0, total / (2 * workers)
+        for i, t in enumerate(texts):
+            size += len(t)
+            if size >= target:
+                runs.append((start, i + 1))
+                start, size = i + 1, 0
+        if start < len(texts):
+            runs.append((start, len(texts)))
+        futures = [pool.submit(self._encode_run, texts[a:b], add_special_tokens, eos) for a, b in runs]
+        return [ids for f in futures for ids in f.result()]
+
+
+def _split(text: str, pattern: Optional["re.Pattern[str]"], ids: dict):
+    """(piece, None) for the text between added tokens, (content, id) for each added token; no empty pieces."""
+    if pattern is None:
+        if text:
+            yield text, None
+        return
+    start = 0
+    for m in pattern.finditer(text):
+        if m.start() > start:
+            yield text[start:m.start()], None
+        yield m.group(), ids[m.group()]
+        start = m.end()
+    if start < len(text):
+        yield text[start:], None
+
+
+def select_encoder(backend: tokenizers.Tokenizer, mode: str, name: str):
+    """The encoder `mode` asks for: `tokenizers`, `tiktoken` (ValueError when it is not exact), or
+    `auto`: tiktoken when it is exact, else tokenizers, saying why once per process."""
+    if mode not in BACKENDS:
+        raise ValueError(f"--tokenizer_backend must be one of {', '.join(BACKENDS)}, got {mode!r}")
+    if mode == TOKENIZERS:
+        return HfEncoder(backend)
+    try:
+        return TiktokenEncoder(backend)
+    except Exception as e:  # noqa: BLE001 - whatever stops the check, the ids are not vouched for
+        reason = str(e) if isinstance(e, NotExact) else f"its check failed ({type(e).__name__}: {e})"
+        if mode == TIKTOKEN:
+            raise ValueError(f"--tokenizer_backend tiktoken: tiktoken would not give the ids of tokenizer "
+                             f"{name!r}: {reason}") from None
+        encoder = HfEncoder(backend, reason=reason)
+        with _CORES_LOCK:
+            first = (name, reason) not in _LOGGED
+            _LOGGED.add((name, reason))
+        if first:
+            log.warning("tokenizer %s: encoding with tokenizers, not tiktoken: %s", name or "(unnamed)", reason)
+        return encoder

@@ -1,0 +1,225 @@
+"""The tokenizer the pipeline uses: a `tokenizers.Tokenizer`, its resolved ids, and an encoder.
+
+Encoding goes through an encoder backend (`backends`: `tokenizers` itself, or
+tiktoken where it gives the same ids); decoding, look-ups and provenance
+always use the `tokenizers.Tokenizer`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
+
+import numpy as np
+import tokenizers
+
+from transforms.core.tokenizer.backends import affixes, select_encoder
+from transforms.core.tokenizer.cutting import _CutPlan, _find_cut_plan, encode_bounded
+
+if TYPE_CHECKING:
+    from transforms.core.tokenizer.load import TokenizerFiles
+
+__all__ = ["Tokenizer"]
+
+
+class Tokenizer:
+    """The tokenizer the pipeline uses: a `tokenizers.Tokenizer` plus resolved ids.
+
+    `bos_id` is the configured BOS token even when `adds_bos` is False (the
+    reference's HF tokenizer names one without adding it); `adds_bos` says whether
+    `encode` really prepends it.
+    """
+
+    def __init__(
+        self,
+        *,
+        kind: str,
+        backend: tokenizers.Tokenizer,
+        eos_id: int,
+        pad_id: int,
+        bos_id: Optional[int],
+        sep_id: Optional[int],
+        adds_bos: bool,
+        clean_up_spaces: bool,
+        files: Optional["TokenizerFiles"] = None,
+        no_bos: bool = False,
+        encoder_mode: str = "auto",
+    ) -> None:
+        self.kind = kind
+        self.eos_id = eos_id
+        self.pad_id = pad_id
+        self.bos_id = bos_id
+        self.sep_id = sep_id
+        self.adds_bos = adds_bos
+        self.name = files.name if files is not None else ""
+        self._backend = backend
+        self._clean_up_spaces = clean_up_spaces
+        self._files = files
+        self._no_bos = no_bos
+        self.vocab_size = _vocab_size(backend)
+        self._encoder_mode = encoder_mode
+        self._encoder = select_encoder(backend, encoder_mode, self.name)
+        self._fingerprint: Optional[str] = None
+        self._cut: Optional[_CutPlan] = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Tokenizer({self.kind}, {self.name!r}, vocab_size={self.vocab_size}, eos={self.eos_id}, "
+            f"pad={self.pad_id}, bos={self.bos_id}, adds_bos={self.adds_bos}, sep={self.sep_id}, "
+            f"encoder={self.encoder_name})"
+        )
+
+    def __reduce__(self):
+        # Rebuilding from the file contents is cheaper to ship than the backend.
+        if self._files is None:
+            raise TypeError("this Tokenizer was not built by build_tokenizer and cannot be pickled")
+        return (_rebuild, (self._files, self._no_bos))
+
+    @property
+    def backend(self) -> tokenizers.Tokenizer:
+        """The underlying `tokenizers.Tokenizer` (do not mutate)."""
+        return self._backend
+
+    @property
+    def encoder(self):
+        """The encoder backend (`backends.HfEncoder` or `backends.TiktokenEncoder`)."""
+        return self._encoder
+
+    @property
+    def encoder_name(self) -> str:
+        """Which library encodes: "tiktoken" or "tokenizers"."""
+        return self._encoder.name
+
+    @property
+    def encoder_note(self) -> Optional[str]:
+        """Why `auto` kept this tokenizer on tokenizers, if it did."""
+        return getattr(self._encoder, "reason", None)
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        """Token ids of each text as int32 arrays, without EOS; long texts in pieces (`encode_bounded`)."""
+        return encode_bounded(self, texts)
+
+    def _cut_plan(self) -> "_CutPlan":
+        if self._cut is None:
+            self._cut = _find_cut_plan(self._backend, self._encoder)
+        return self._cut
+
+    def encode(self, text: str) -> np.ndarray:
+        return self._encoder.encode_batch([text])[0]
+
+    def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
+        text = self._backend.decode(_as_id_list(ids), skip_special_tokens=skip_special_tokens)
+        return _clean_up_tokenization(text) if self._clean_up_spaces else text
+
+    def decode_batch(self, rows: Sequence[Iterable[int]], *, skip_special_tokens: bool = False) -> list[str]:
+        texts = self._backend.decode_batch([_as_id_list(r) for r in rows], skip_special_tokens=skip_special_tokens)
+        return [_clean_up_tokenization(t) for t in texts] if self._clean_up_spaces else texts
+
+    def token_to_id(self, token: str) -> Optional[int]:
+        """Exact vocabulary look-up (added tokens included), never a BPE piece."""
+        return self._backend.token_to_id(token)
+
+    def without_bos(self) -> "Tokenizer":
+        """A copy whose encode does not prepend BOS (the reference's add_bos_token=False for FIM)."""
+        if not self.adds_bos:
+            return self
+        state = json.loads(self._backend.to_str())
+        original = state.get("post_processor")
+        state["post_processor"] = _strip_bos_from_post_processor(original, self._backend.id_to_token(self.bos_id))
+        backend = tokenizers.Tokenizer.from_str(json.dumps(state))
+        if affixes(backend)[0]:
+            raise ValueError(
+                f"cannot stop tokenizer {self.name!r} from adding BOS: its post-processor "
+                f"({(original or {}).get('type')}) is not a template"
+            )
+        return Tokenizer(
+            kind=self.kind,
+            backend=backend,
+            eos_id=self.eos_id,
+            pad_id=self.pad_id,
+            bos_id=self.bos_id,
+            sep_id=self.sep_id,
+            adds_bos=False,
+            clean_up_spaces=self._clean_up_spaces,
+            files=self._files,
+            no_bos=True,
+            encoder_mode=self._encoder_mode,
+        )
+
+    def fingerprint(self) -> str:
+        """sha256 of the tokenizer's JSON and every resolved id, for provenance."""
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            meta = {
+                "kind": self.kind,
+                "eos_id": self.eos_id,
+                "pad_id": self.pad_id,
+                "bos_id": self.bos_id,
+                "sep_id": self.sep_id,
+                "adds_bos": self.adds_bos,
+                "clean_up_tokenization_spaces": self._clean_up_spaces,
+            }
+            h.update(json.dumps(meta, sort_keys=True).encode())
+            h.update(b"\0")
+            h.update(self._backend.to_str().encode())
+            self._fingerprint = h.hexdigest()
+        return self._fingerprint
+
+
+def _rebuild(files: "TokenizerFiles", no_bos: bool) -> Tokenizer:
+    from transforms.core.tokenizer.load import build_tokenizer
+
+    tok = build_tokenizer(files)
+    return tok.without_bos() if no_bos else tok
+
+
+def _as_id_list(ids: Iterable[int]) -> list[int]:
+    if isinstance(ids, np.ndarray):
+        return ids.astype(np.int64, copy=False).tolist()
+    return [int(i) for i in ids]
+
+
+def _clean_up_tokenization(text: str) -> str:
+    # transformers' PreTrainedTokenizerBase.clean_up_tokenization, verbatim semantics.
+    return (
+        text.replace(" .", ".")
+        .replace(" ?", "?")
+        .replace(" !", "!")
+        .replace(" ,", ",")
+        .replace(" ' ", "'")
+        .replace(" n't", "n't")
+        .replace(" 'm", "'m")
+        .replace(" 's", "'s")
+        .replace(" 've", "'ve")
+        .replace(" 're", "'re")
+    )
+
+
+def _vocab_size(backend: tokenizers.Tokenizer) -> int:
+    # max id + 1 as well, so that "every id < vocab_size" holds even with holes.
+    vocab = backend.get_vocab(with_added_tokens=True)
+    return max(len(vocab), max(vocab.values(), default=-1) + 1)
+
+
+def _strip_bos_from_post_processor(state: Optional[dict], bos_token: Optional[str]) -> Optional[dict]:
+    """Drop every template BOS that directly precedes a sequence ($A/$B), recursively."""
+    if state is None or bos_token is None:
+        return state
+    if state.get("type") == "Sequence":
+        return {**state, "processors": [_strip_bos_from_post_processor(p, bos_token) for p in state["processors"]]}
+    if state.get("type") != "TemplateProcessing":
+        return state
+    new = dict(state)
+    for key in ("single", "pair"):
+        items = state.get(key) or []
+        new[key] = [
+            item
+            for i, item in enumerate(items)
+            if not (
+                item.get("SpecialToken", {}).get("id") == bos_token
+                and i + 1 < len(items)
+                and "Sequence" in items[i + 1]
+            )
+        ]
+    return new
