@@ -18,6 +18,8 @@ from typing import Optional
 
 import numpy as np
 
+from transforms.core.tokenizer.exact import byte_stand_ins
+
 __all__ = ["DetokCounter"]
 
 
@@ -46,16 +48,9 @@ def _byte_level_table(tok) -> Optional[_ByteTable]:
     decoder = spec.get("decoder") or {}
     if decoder.get("type") != "ByteLevel" or getattr(tok, "_clean_up_spaces", False):
         return None
-    # GPT-2's printable stand-ins for bytes, inverted: each stand-in maps to
-    # the latin-1 character of its byte, so a token is one translate + encode.
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    unbyte = {c: b for b, c in zip(bs, cs)}
+    # Each byte's printable stand-in maps to the latin-1 character of that byte,
+    # so a token is one translate + encode.
+    unbyte = {ord(stand_in): b for stand_in, b in byte_stand_ins().items()}
     size = tok.backend.get_vocab_size(with_added_tokens=True)
     pieces: list[bytes] = [b""] * size
     added = {t["id"]: t["content"] for t in spec.get("added_tokens", [])}
