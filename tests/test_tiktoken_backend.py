@@ -376,6 +376,18 @@ def test_exact_vocabularies_match_tokenizers(merges, reverse_ids):
         assert [slow.backend.id_to_token(i) for i in fast.encode("abcd").tolist()] == ["ab", "cd"]
 
 
+@pytest.mark.parametrize("reverse_ids", [False, True])
+def test_ids_serve_as_ranks_when_they_follow_the_merges(reverse_ids):
+    """No rank -> id mapping when the ids of merged tokens follow merge priority (GPT-2's do)."""
+    files = synthetic([("a", "b"), ("b", "c"), ("ab", "c"), ("c", "d"), ("abc", "d")], reverse_ids=reverse_ids)
+    fast = build_tokenizer(dataclasses.replace(files, backend="tiktoken"))
+    slow = build_tokenizer(dataclasses.replace(files, backend="tokenizers"))
+    assert (fast.encoder._ids is None) == (not reverse_ids)
+    for text in ("abcd", "dcba abc", "bcd ab", "d"):
+        assert fast.encode(text).tolist() == slow.encode(text).tolist()
+    assert build_tokenizer(CASES["gpt2-bundled"][1]()).encoder._ids is None
+
+
 @settings(max_examples=120 if not EXHAUSTIVE else 2000, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(picks=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 60)), min_size=1, max_size=24),
@@ -488,10 +500,15 @@ def test_a_wrong_rank_table_is_caught_by_the_probes(monkeypatch):
     def reversed_priorities(model, oracle):
         # Each token keeps its id, but merges are applied in reverse order.
         table = real(model, oracle)
-        n = len(table.ids) - 256
-        ids = table.ids.copy()
-        ids[:n] = table.ids[:n][::-1]
-        return RankTable({b: n - 1 - r if r < n else r for b, r in table.ranks.items()}, ids)
+        id_of = table.ranks if table.ids is None else {b: int(table.ids[r]) for b, r in table.ranks.items()}
+        merged = [b for _, b in sorted((r, b) for b, r in table.ranks.items() if len(b) > 1)]
+        n = len(merged)
+        ranks, ids = {}, np.zeros(n + 256, dtype=np.int32)
+        for rank, token in enumerate(reversed(merged)):
+            ranks[token], ids[rank] = rank, id_of[token]
+        for token in (b for b in table.ranks if len(b) == 1):
+            ranks[token], ids[n + token[0]] = n + token[0], id_of[token]
+        return RankTable(ranks, ids)
 
     monkeypatch.setattr(backends, "rank_table", reversed_priorities)
     monkeypatch.setattr(backends, "_CORES", backends.OrderedDict())

@@ -136,10 +136,12 @@ class _Core:
             raise NotExact("tiktoken is not installed") from None
 
         table = rank_table(model, oracle)
-        self.marker = len(table.ids)  # the marker's rank: beyond every token's
+        # The marker's rank: beyond every token's.
+        self.marker = max(table.ranks.values()) + 1 if table.ids is None else len(table.ids)
         self.encoding = tiktoken.Encoding(f"create_hdf5_dataset-{len(table.ranks)}", pat_str=pattern,
                                           mergeable_ranks=table.ranks, special_tokens={_MARKER: self.marker})
-        self.ids = np.append(table.ids, np.int32(-1))
+        # rank -> id (the marker's -1, replaced by its added token); None when the ranks are the ids.
+        self.ids = None if table.ids is None else np.append(table.ids, np.int32(-1))
 
 
 _CORES: "OrderedDict[str, _Core | NotExact]" = OrderedDict()
@@ -338,8 +340,12 @@ class TiktokenEncoder:
                 raise
             raise _RegexLimit(str(e)) from None
 
+    def _to_ids(self, ranks: np.ndarray) -> np.ndarray:
+        return ranks.astype(np.int32) if self._ids is None else self._ids[ranks]
+
     def _words(self, text: str) -> np.ndarray:
-        return self._ids[self._ranks(text, set())]
+        ranks = self._ranks(text, set())
+        return ranks.view(np.int32) if self._ids is None else self._ids[ranks]
 
     def _marked_words(self, piece: str) -> np.ndarray:
         """A piece with the added tokens matched after normalization, in one tiktoken call (see _MARKER)."""
@@ -347,7 +353,7 @@ class TiktokenEncoder:
         if not tokens:
             return self._words(piece)
         ranks = self._ranks(self._normalized_re.sub(_MARKER, piece), self._marker_allowed)
-        ids = self._ids[ranks]
+        ids = self._to_ids(ranks)
         ids[ranks == self._marker] = tokens
         return ids
 

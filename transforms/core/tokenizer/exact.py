@@ -95,7 +95,7 @@ class RankTable:
     """What tiktoken needs: a rank for each token's bytes, and each rank's token id."""
 
     ranks: dict  # bytes -> rank
-    ids: np.ndarray  # int32, rank -> token id
+    ids: Optional[np.ndarray]  # int32, rank -> token id; None: the ranks are the token ids
 
 
 def byte_stand_ins() -> dict[str, int]:
@@ -214,6 +214,7 @@ def rank_table(model: dict, oracle: Callable[[list[str]], list[list[int]]]) -> R
         if char in vocab:
             ranks[bytes([byte])] = n + byte
             ids[n + byte] = vocab[char]
+    merge_ranks = []
     for t in merged:
         if len(produced_by[t]) == 1:
             rank = produced_by[t][0]
@@ -223,4 +224,11 @@ def rank_table(model: dict, oracle: Callable[[list[str]], list[list[int]]]) -> R
                 raise NotExact(f"replaying the merges of {t!r} gives {parts}, not the token")
         ranks[as_bytes[t]] = rank
         ids[rank] = vocab[t]
+        merge_ranks.append(rank)
+    merge_ranks.sort()
+    if np.all(np.diff(ids[merge_ranks]) > 0):
+        # The ids of merged tokens follow their merges' priority (GPT-2's do): the ids can be
+        # the ranks themselves, as only the order of multi-byte ranks steers tiktoken's merges
+        # (a single byte is never a pair), and tiktoken's output is then the ids, unmapped.
+        return RankTable({token: int(ids[rank]) for token, rank in ranks.items()}, None)
     return RankTable(ranks, ids)
