@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_OUT ?= demo_output
 
-.PHONY: demo test install bench scale-sim split-bench read-rates clean
+.PHONY: demo test install bench scale-sim split-bench read-rates progress-eta clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -42,3 +42,7 @@ split-bench: install
 # Per-core read rates and the cost of handing a group on (inputs to docs/dataflow.md's cost model).
 read-rates: install
 	taskset -c 0 $(PY) benchmarks/read_rates.py
+
+# The progress bar's ETA against the time really left, in a pseudo-terminal, on the bench corpus.
+progress-eta: install
+	$(PY) benchmarks/progress_eta.py

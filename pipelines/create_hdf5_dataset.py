@@ -31,7 +31,7 @@ from transforms.core.pack import PackConfig
 from transforms.core.records import InputFile
 from transforms.core.summarization import SummarizationConfig
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
-from transforms.io import fs
+from transforms.io import fs, progress
 from transforms.io.discover import discover_input_files
 from transforms.io.hdf5_format import GZIP_LEVEL
 from transforms.io.hdf5_sink import EncodeRows, RowFormat, WriteHdf5Shards
@@ -82,7 +82,6 @@ class JobPlan:
     pad_id: int
     vocab_size: int
     extra: dict
-    progress_total: Optional[int] = None  # input bytes, when a progress bar is drawn in this process
     shuffle_seed: Optional[int] = None  # None: output in input order
     gzip_level: int = GZIP_LEVEL
     storage_dir: Optional[str] = None  # where packed groups wait (disk strategy); None: the runner's GroupByKey
@@ -321,7 +320,7 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         | "InputFiles" >> ReadInputManifest(plan.input_manifest)
         | "ReadCorpus" >> ReadCorpus(keys=plan.keys, join_keys=plan.join_keys, group_bytes=plan.group_bytes,
                                      max_record_bytes=plan.max_record_bytes, unit_groups=plan.unit_groups,
-                                     fan_out_bytes=plan.fan_out_bytes, progress_total=plan.progress_total)
+                                     fan_out_bytes=plan.fan_out_bytes)
     )
     docs, stored = read[DOCS], None
     if plan.storage_dir and plan.resume:
@@ -440,10 +439,12 @@ def launch(config: Config, beam_args: list[str], plan_changes: Optional[dict] = 
         _check_output_dir(config)
         fs.makedirs(config.output_dir)
         _claim_output_dir(config)
-    show_progress = (config.display_pbar and sys.stderr.isatty() and local and not dry_run
-                     and options.view_as(DirectOptions).direct_running_mode != "multi_processing")
-    total = sum(f.size or 0 for f in plan.files)
-    plan = dataclasses.replace(plan, progress_total=total if show_progress and total else None, extra={
+    if (config.display_pbar and sys.stderr.isatty() and local and not dry_run
+            and options.view_as(DirectOptions).direct_running_mode != "multi_processing"):
+        # The bar follows the input's bytes tokenized, in this process (the in-memory runner's workers).
+        sizes = [f.size for f in plan.files]
+        progress.start(None if None in sizes else sum(sizes), file=sys.stderr)
+    plan = dataclasses.replace(plan, extra={
         **plan.extra, "run": {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                               "beam_version": beam.__version__, "beam_options": beam_args,
                               "shuffle_strategy": "disk" if storage else "runner"}})
@@ -468,13 +469,16 @@ def launch(config: Config, beam_args: list[str], plan_changes: Optional[dict] = 
 
 def run(config: Config, beam_args: list[str], plan_changes: Optional[dict] = None) -> Optional[dict]:
     """Launch the job and wait for it; returns data_params.json (None for a dry run)."""
-    launched = launch(config, beam_args, plan_changes)
-    if launched.dry_run:
-        return None
+    launched = None
     try:
+        launched = launch(config, beam_args, plan_changes)
+        if launched.dry_run:
+            return None
         launched.result.wait_until_finish()
     finally:
-        if launched.storage_dir and fs.is_local(launched.storage_dir) and not fs.is_local(config.output_dir):
+        progress.finish()
+        if launched and launched.storage_dir and fs.is_local(launched.storage_dir) \
+                and not fs.is_local(config.output_dir):
             fs.remove_tree(launched.storage_dir)  # this machine's scratch space, not part of the output
     params = _read_json(fs.join(config.output_dir, PARAMS_FILE))
     if params is None:

@@ -34,7 +34,7 @@ def test_a_reader_hands_bad_records_on_in_bounded_parts(tmp_path, monkeypatch):
     monkeypatch.setattr(read_corpus, "DEAD_LETTER_PART_RECORDS", 100)
     path = tmp_path / "a.jsonl"
     bad = _bad_heavy_file(path, 1234)
-    fn = _ReadUnitFn(("text",), True, 1 << 30, 1 << 20, None)
+    fn = _ReadUnitFn(("text",), True, 1 << 30, 1 << 20)
     (unit,) = plan_units(InputFile(0, str(path), "a.jsonl"), ("text",), 1 << 30, 1)
     parts = [o.value for o in fn.process(unit) if isinstance(o, pvalue.TaggedOutput) and o.tag == DEAD_LETTERS]
     assert max(len(p.records) for p in parts) <= 100

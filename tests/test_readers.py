@@ -273,6 +273,21 @@ def test_truncated_tar_keeps_earlier_members(tmp_path):
     assert records[-1] is bad
 
 
+def test_a_header_tarfile_cannot_read_is_not_a_quiet_end(tmp_path):
+    """tarfile ends an archive quietly at a header it cannot read: what follows must not vanish unnoticed."""
+    m0, m1 = zst(GOOD_A), zst(GOOD_B)
+    tar = bytearray(make_tar([("m0.jsonl.zst", m0), ("m1.jsonl.zst", m1)]))
+    second = 512 + -(-len(m0) // 512) * 512
+    tar[second:second + 512] = b"\xff" * 512
+    records = read(write(tmp_path, "c.jsonl.zst.tar", bytes(tar)))
+    assert records[0] == Document(0, ("alpha",), "m0.jsonl.zst")
+    [bad] = bads(records)
+    assert bad.reason == R.UNREADABLE_FILE and "after member 'm0.jsonl.zst'" in bad.detail
+    assert "not a tar header" in bad.detail
+    # A real end, with the zero padding tar writers add, is no error.
+    assert not bads(read(write(tmp_path, "d.jsonl.zst.tar", make_tar([("m0.jsonl.zst", m0)]) + bytes(8192))))
+
+
 # ---------------------------------------------------------------- .json.gz
 
 

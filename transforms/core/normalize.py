@@ -129,4 +129,4 @@ def normalize_batch(batch, config: NormalizeConfig):
     stats.add("raw_bytes", raw_bytes, source)
     stats.add("normalized_chars", norm_chars, source)
     stats.add("normalized_bytes", norm_bytes, source)
-    return DocBatch(batch.group, docs, stats)
+    return DocBatch(batch.group, docs, stats, batch.progress_bytes)

@@ -72,15 +72,6 @@ class WorkUnit:
         """The unit's byte or row range [lo, hi) of the file (BYTES, ROWS)."""
         return self.first_group * self.group_size, min(self.end_group * self.group_size, self.total)
 
-    @property
-    def storage_bytes(self) -> int:
-        """The unit's share of the file's bytes on storage (for progress), 0 if unknown."""
-        size = self.file.size or 0
-        if self.kind == WHOLE or not self.total:
-            return size if self.first_group == 0 else 0
-        lo, hi = self.span
-        return size * (hi - lo) // self.total
-
 
 @dataclasses.dataclass(frozen=True)
 class GroupId:
@@ -176,6 +167,7 @@ class DocBatch:
     group: GroupId
     docs: list  # list[Document]
     stats: Stats = dataclasses.field(default_factory=Stats)
+    progress_bytes: int = 0  # the group's share of its file's bytes on storage: the progress bar's unit of work
 
 
 @dataclasses.dataclass

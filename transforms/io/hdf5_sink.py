@@ -35,7 +35,7 @@ from transforms.core.stats import H5_ROWS, real_lengths, row_stats
 from transforms.core.threads import process_threads
 from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
-from transforms.io import fs
+from transforms.io import fs, progress
 from transforms.io.hdf5_format import GZIP_LEVEL, WRITE_BATCH_ROWS, encode_batches, shard_n_examples, write_chunks
 from transforms.io.spill import load_spilled, read_spilled
 
@@ -106,7 +106,13 @@ class _EncodeFn(beam.DoFn):
         fmt = self._format
         stats = block.stats
 
+        encoded_rows = 0
+
         def count(rows: np.ndarray) -> None:
+            nonlocal encoded_rows
+            encoded_rows += len(rows)
+            progress.settle(block.group.name, encoded_rows / max(len(block), 1))
+            progress.count("sequences", len(rows))
             # Counted on exactly the rows that are compressed, so on exactly what the files hold.
             lengths = real_lengths(rows, fmt.inverted_mask, fmt.trailing_eos_input)
             counters = row_stats(rows, fmt.inverted_mask, fmt.trailing_eos_input, lengths=lengths)
@@ -118,6 +124,7 @@ class _EncodeFn(beam.DoFn):
         encoded = encode_batches(self._batches(block), on_batch=count, level=self._level, threads=self._threads)
         release_free_memory()  # the batches of full rows and the chunk list
         stats.totals[TIME_PREFIX + "encode"] += int((time.perf_counter() - started) * 1000)
+        progress.settle(block.group.name, 1.0)  # all of it, even for a group without rows
         yield EncodedBlock(block.group, len(encoded), rows=encoded, stats=stats)
 
     @staticmethod

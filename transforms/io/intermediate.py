@@ -9,6 +9,7 @@ from apache_beam import pvalue
 
 from transforms.core.records import DocBatch, EncodedBlock
 from transforms.core.timing import TIME_PREFIX
+from transforms.io import progress
 from transforms.io.spill import find_spilled, spill_group
 
 __all__ = ["StoreGroups", "SkipStoredGroups", "STORED"]
@@ -48,6 +49,7 @@ class _SkipFn(beam.DoFn):
         if found is None:
             yield batch
             return
+        progress.advance(batch.progress_bytes)  # done by an earlier attempt
         ref, n_rows, stats = found
         self._skipped.inc()
         stats.totals["groups_resumed"] += 1

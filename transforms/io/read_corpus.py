@@ -16,6 +16,7 @@ tokenized where they are read, which costs no shuffle (see `FAN_OUT_BYTES`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import Iterator, Optional
@@ -30,7 +31,7 @@ from transforms.core.timing import TIME_PREFIX
 from transforms.core.units import jsonl_units, parquet_units, whole_file
 from transforms.io import fs, progress
 from transforms.io.discover import extension_of
-from transforms.io.readers import file_size, parquet_shape, read_records
+from transforms.io.readers import StreamPosition, file_size, parquet_shape, read_records
 
 __all__ = ["ReadCorpus", "ReadInputManifest", "write_input_manifest", "plan_units", "DOCS", "DEAD_LETTERS",
            "DEAD_LETTER_PART_RECORDS", "FAN_OUT_BYTES"]
@@ -43,7 +44,6 @@ _FAN_OUT = "fan_out"
 # bounds the tail of a job, while handing text on costs a shuffle of ~2.8 bytes per token,
 # as much again as everything else a job pays for (docs/dataflow.md).
 FAN_OUT_BYTES = 256 << 20
-PROGRESS_STEP = 1 << 20  # text bytes between progress bar updates
 # Bad records per dead-letter part: bounds what a reader holds (each keeps at most a 1 KiB preview).
 DEAD_LETTER_PART_RECORDS = 4096
 
@@ -87,17 +87,18 @@ def plan_units(f: InputFile, keys: tuple, group_bytes: int, unit_groups: int,
     fan_out_bytes: a file read in order and larger than this hands its groups on (None: never).
     """
     ext = extension_of(f.path)
+    if ext == ".txt" or (fan_out_bytes is None and ext not in (".jsonl", ".parquet")):
+        return whole_file(f)  # no size needed: don't ask the storage for one
+    if f.size is None:
+        f = dataclasses.replace(f, size=file_size(f.path))
     if ext == ".parquet":
         shape = parquet_shape(f.path, keys)
         if shape is not None:
             return parquet_units(f, shape[0], shape[1], group_bytes, unit_groups)
         return whole_file(f)
-    if ext == ".txt" or (fan_out_bytes is None and ext != ".jsonl"):
-        return whole_file(f)  # no size needed: don't ask the storage for one
-    size = f.size if f.size is not None else file_size(f.path)
-    if ext == ".jsonl" and size is not None:
-        return jsonl_units(f, size, group_bytes, unit_groups)
-    return whole_file(f, size, fan_out_bytes)
+    if ext == ".jsonl" and f.size is not None:
+        return jsonl_units(f, f.size, group_bytes, unit_groups)
+    return whole_file(f, f.size, fan_out_bytes)
 
 
 # ---------------------------------------------------------------- reading
@@ -138,7 +139,7 @@ class _DeadLetters:
 _END = object()  # after the last record of a group
 
 
-def _records(unit: WorkUnit, keys: tuple, max_record_bytes: int):
+def _records(unit: WorkUnit, keys: tuple, max_record_bytes: int, position: StreamPosition):
     """(group index, record) in file order; for BYTES and ROWS units also (k, _END) after group k.
 
     A WHOLE unit yields None for the group: the reader cuts it by size as it goes.
@@ -165,51 +166,43 @@ def _records(unit: WorkUnit, keys: tuple, max_record_bytes: int):
         for k in range(k, unit.end_group):
             yield k, _END
     else:
-        for record in read_records(f.path, keys, max_record_bytes):
+        for record in read_records(f.path, keys, max_record_bytes, position=position):
             yield None, record
 
 
 class _ReadUnitFn(beam.DoFn):
-    def __init__(self, keys: tuple, join_keys: bool, group_bytes: int, max_record_bytes: int,
-                 progress_total: Optional[int]):
+    def __init__(self, keys: tuple, join_keys: bool, group_bytes: int, max_record_bytes: int):
         self._keys = keys
         self._join_keys = join_keys
         self._group_bytes = group_bytes
         self._max_record_bytes = max_record_bytes
-        self._progress_total = progress_total  # None: no progress bar
         self._docs = beam.metrics.Metrics.counter("read", "documents")
         self._bad = beam.metrics.Metrics.counter("read", "bad_records")
         self._bytes = beam.metrics.Metrics.counter("read", "text_bytes")
 
-    def teardown(self):
-        if self._progress_total:
-            progress.close()
-
     def process(self, unit: WorkUnit):
         f = unit.file
         letters = _DeadLetters(unit)
-        budget = unit.storage_bytes  # progress shown for this unit stays within its share of the file
-        shown, pending = 0, 0
+        position = StreamPosition()
+        progress_of = _ProgressShares(unit, position)
         lines = 0
         docs, stats, size = [], Stats(), 0  # the group being read
         started = time.perf_counter()  # reading time only: downstream work runs while we are suspended
 
-        def group(k: int) -> DocBatch:
+        def group(k: int, last: bool) -> DocBatch:
             nonlocal docs, stats, size, started
-            out = DocBatch(GroupId(f.index, k, f.path, f.relpath), docs, stats)
+            out = DocBatch(GroupId(f.index, k, f.path, f.relpath), docs, stats, progress_of(k, last))
             out.stats.totals[TIME_PREFIX + "read"] += int((time.perf_counter() - started) * 1000)
+            progress.count("bad", sum(v for key, v in stats.totals.items() if key.startswith("bad.")))
             docs, stats, size, started = [], Stats(), 0, time.perf_counter()
-            return out
-
-        def hand_on(batch: DocBatch):
-            return pvalue.TaggedOutput(_FAN_OUT, batch) if unit.fan_out else batch
+            return pvalue.TaggedOutput(_FAN_OUT, out) if unit.fan_out else out
 
         k = unit.first_group
-        for at, record in _records(unit, self._keys, self._max_record_bytes):
+        for at, record in _records(unit, self._keys, self._max_record_bytes, position):
             if at is not None:
                 k = at
             if record is _END:
-                yield hand_on(group(k))
+                yield group(k, last=k == unit.end_group - 1)
                 continue
             lines += 1
             stats.add("docs_read", 1, f.path)
@@ -228,45 +221,64 @@ class _ReadUnitFn(beam.DoFn):
             self._bytes.inc(doc_bytes)
             docs.append(record)
             size += doc_bytes
-            pending += doc_bytes
-            if pending >= PROGRESS_STEP and budget:
-                # Text and file sizes differ (compression): advance by text, never past the unit's share.
-                step = min(pending, budget - shown)
-                self._progress(step)
-                shown, pending = shown + step, 0
             if unit.kind not in (BYTES, ROWS) and size >= self._group_bytes:
-                yield hand_on(group(k))
+                yield group(k, last=False)
                 k += 1
         if unit.kind not in (BYTES, ROWS) and (docs or k == 0 or stats.totals):
             # Always the last group, even empty: it may carry the file's counts.
-            yield hand_on(group(k))
+            yield group(k, last=True)
+        elif unit.kind not in (BYTES, ROWS):
+            # The file ended right after a full group: its remaining bytes are that group's.
+            progress.advance(progress_of(k, last=True))
         part = letters.finish(lines)
         if part is not None:
             yield pvalue.TaggedOutput(DEAD_LETTERS, part)
-        self._progress(budget - shown)
 
-    def _progress(self, nbytes: int) -> None:
-        if self._progress_total and nbytes > 0:
-            progress.advance(nbytes, self._progress_total)
+
+class _ProgressShares:
+    """Each group's share of its file's bytes on storage; a file's shares add up to its size exactly.
+
+    By byte range (.jsonl), in proportion to rows (.parquet), or by the bytes
+    the reader had taken from storage when the group closed (files read in order).
+    """
+
+    def __init__(self, unit: WorkUnit, position: StreamPosition):
+        self._unit = unit
+        self._position = position
+        self._shown = 0
+
+    def __call__(self, k: int, last: bool) -> int:
+        u, size = self._unit, self._unit.file.size
+        if u.kind == BYTES:
+            return min((k + 1) * u.group_size, u.total) - k * u.group_size if k < u.num_groups - 1 \
+                else u.total - k * u.group_size
+        if u.kind == ROWS:
+            if not size or not u.total:
+                return 0
+            return size * min((k + 1) * u.group_size, u.total) // u.total - size * (k * u.group_size) // u.total
+        done = self._position.bytes if size is None else min(self._position.bytes, size)
+        if last and size is not None:
+            done = size
+        share, self._shown = max(0, done - self._shown), max(self._shown, done)
+        return share
 
 
 class ReadCorpus(beam.PTransform):
     """PCollection[InputFile] -> {DOCS: DocBatch, DEAD_LETTERS: DeadLetterPart}."""
 
     def __init__(self, *, keys: tuple, join_keys: bool, group_bytes: int, max_record_bytes: int = 256 << 20,
-                 unit_groups: int = 1, fan_out_bytes: Optional[int] = None, progress_total: Optional[int] = None):
+                 unit_groups: int = 1, fan_out_bytes: Optional[int] = None):
         """unit_groups: packing groups per work unit of a .jsonl/.parquet file (who reads what, not the output).
 
         fan_out_bytes: a file read in order and larger than this on storage hands its groups
         to other workers (None: never; locally a Reshuffle would only hold them in memory).
-        progress_total: input bytes, to draw a progress bar in this process (None: no bar).
         """
         super().__init__()
         self._keys = keys
         self._group_bytes = group_bytes
         self._unit_groups = unit_groups
         self._fan_out_bytes = fan_out_bytes
-        self._fn = _ReadUnitFn(keys, join_keys, group_bytes, max_record_bytes, progress_total)
+        self._fn = _ReadUnitFn(keys, join_keys, group_bytes, max_record_bytes)
 
     def expand(self, files):
         read = (

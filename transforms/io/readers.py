@@ -44,7 +44,7 @@ from transforms.core.records import (
 )
 from transforms.io.discover import extension_of
 
-__all__ = ["Record", "read_records", "MAX_RECORD_BYTES", "file_size", "parquet_shape"]
+__all__ = ["Record", "read_records", "MAX_RECORD_BYTES", "file_size", "parquet_shape", "StreamPosition"]
 
 Record = Union[Document, BadRecord]
 
@@ -88,9 +88,16 @@ class _StreamDamage(Exception):
         self.fatal = fatal
 
 
+class StreamPosition:
+    """How many bytes a reader has taken from storage so far (decoders read a block ahead of the records)."""
+
+    def __init__(self):
+        self.bytes = 0
+
+
 def read_records(path: str, keys: tuple[str, ...], max_record_bytes: Optional[int] = None, *,
                  byte_range: Optional[tuple[int, Optional[int]]] = None, rows: Optional[tuple[int, int]] = None,
-                 first_line: int = 0) -> Iterator[Record]:
+                 first_line: int = 0, position: Optional[StreamPosition] = None) -> Iterator[Record]:
     """Yield the Documents and BadRecords of one input file, in file order.
 
     Never raises for bad data; a file that is missing or cannot be read yields
@@ -103,6 +110,7 @@ def read_records(path: str, keys: tuple[str, ...], max_record_bytes: Optional[in
     Part of a file only: `byte_range` (.jsonl) reads the lines whose first
     byte lies in [start, end) (end None: to the end of the file), numbering
     them from `first_line`; `rows` (.parquet) reads rows [start, stop).
+    `position`, if given, follows the bytes taken from storage.
     """
     keys = tuple(keys)
     if not keys:
@@ -130,7 +138,7 @@ def read_records(path: str, keys: tuple[str, ...], max_record_bytes: Optional[in
             raise
         yield _unreadable(path, f"cannot open: {e}")
         return
-    src = _StorageFile(raw)
+    src = _StorageFile(raw, position)
     with raw:
         for record in reader(src, path, keys, cap, **part):
             if type(record) is BadRecord and _is_transient(src.error):
@@ -204,8 +212,9 @@ class _StorageFile:
     or network by the exception it catches; this wrapper can.
     """
 
-    def __init__(self, fh):
+    def __init__(self, fh, position: Optional[StreamPosition] = None):
         self._fh = fh
+        self._position = position
         self.error: Optional[BaseException] = None
 
     def _call(self, method, *args):
@@ -217,10 +226,16 @@ class _StorageFile:
             raise
 
     def read(self, *args):
-        return self._call(self._fh.read, *args)
+        data = self._call(self._fh.read, *args)
+        if self._position is not None and data:
+            self._position.bytes += len(data)
+        return data
 
     def readinto(self, buffer):
-        return self._call(self._fh.readinto, buffer)
+        n = self._call(self._fh.readinto, buffer)
+        if self._position is not None and n:
+            self._position.bytes += n
+        return n
 
     def seek(self, *args):
         return self._call(self._fh.seek, *args)
@@ -592,6 +607,12 @@ def _read_jsonl_zst_tar(fh, source: str, keys: tuple[str, ...], cap: int) -> Ite
             try:
                 info = next(members)
             except StopIteration:
+                # tarfile also ends quietly at a header it cannot read; only zeros may follow a real end.
+                left = _bytes_after_end(archive)
+                if left:
+                    after = f" after member {last!r}" if last else ""
+                    yield _unreadable(source, f"corrupt tar{after}: a header that is not a tar header, then "
+                                              f"{left} bytes that were not read")
                 return
             except _READ_ERRORS as e:
                 after = f" after member {last!r}" if last else ""
@@ -604,6 +625,21 @@ def _read_jsonl_zst_tar(fh, source: str, keys: tuple[str, ...], cap: int) -> Ite
             fatal = yield from _json_lines(_zstd_blocks(member_fh), source, keys, cap, info.name)
             if fatal:
                 return
+
+
+def _bytes_after_end(archive: tarfile.TarFile) -> int:
+    """How many bytes follow where tarfile stopped, if any of them is not zero (else 0)."""
+    stream, left, data = archive.fileobj, 0, False
+    try:
+        while True:
+            block = stream.read(_OUT_BLOCK)
+            if not block:
+                break
+            left += len(block)
+            data = data or block.count(0) != len(block)
+    except _READ_ERRORS:
+        return left or 1  # the rest cannot even be read: something was there
+    return left if data else 0
 
 
 def _is_empty(fh) -> bool:

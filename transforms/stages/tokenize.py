@@ -18,6 +18,7 @@ from transforms.core.stats import Stats
 from transforms.core.threads import limit_native_threads
 from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer, tokenize_documents
+from transforms.io import progress
 
 __all__ = ["TokenizeDocuments", "TOKENIZE_BATCH_CHARS", "ENCODE_THREADS"]
 
@@ -89,22 +90,32 @@ class _TokenizeFn(beam.DoFn):
                     future.cancel()
         self._pending = collections.deque()
 
-    def _encode(self, texts: list[str]) -> tuple[float, float, list]:
+    def _encode(self, texts: list[str], progress_share: int, documents: int) -> tuple[float, float, list]:
         started = time.perf_counter()
         if self._append_eos:
             out = tokenize_documents(self._tokenizer, texts, split_len=self._split_len,
                                      remove_bos_in_chunks=self._remove_bos)
         else:
             out = self._tokenizer.encode_batch(texts)
+        # The work the progress bar follows: this slice's share of the input, done.
+        progress.advance(progress_share)
+        progress.count("documents", documents)
+        progress.count("tokens", sum(len(ids) for ids in out))
         return started, time.perf_counter(), out
 
     def process(self, batch: DocBatch, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
         n_keys = len(batch.docs[0].values) if batch.docs else 0
-        parts = []
+        slices = []  # (key, lo, hi, characters)
         for k in range(n_keys):
             texts = [d.values[k] for d in batch.docs]
-            parts.append([self._pool.submit(self._encode, texts[lo:hi])
-                          for lo, hi in _batches(texts, TOKENIZE_BATCH_CHARS)])
+            slices.extend((k, lo, hi, sum(len(t) for t in texts[lo:hi])) for lo, hi in _batches(texts, TOKENIZE_BATCH_CHARS))
+        # Part of the group's share is advanced as its slices are encoded, the rest by EncodeRows.
+        tokenizing = int(batch.progress_bytes * progress.TOKENIZE_SHARE) if slices else 0
+        progress.expect(batch.group.name, batch.progress_bytes - tokenizing)
+        parts: list = [[] for _ in range(n_keys)]
+        for (k, lo, hi, _), share in zip(slices, progress.shares(tokenizing, [s[3] for s in slices])):
+            parts[k].append(self._pool.submit(self._encode, [d.values[k] for d in batch.docs[lo:hi]], share,
+                                              hi - lo if k == 0 else 0))
         self._pending.append(_InFlight(batch.group, batch.stats, parts, window, timestamp))
         while len(self._pending) > 1:
             yield self._finish(self._pending.popleft())
