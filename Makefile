@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_OUT ?= demo_output
 
-.PHONY: demo test install bench scale-sim split-bench read-rates progress-eta clean
+.PHONY: demo test install bench scale-sim split-bench read-rates progress-eta mutation clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -46,3 +46,8 @@ read-rates: install
 # The progress bar's ETA against the time really left, in a pseudo-terminal, on the bench corpus.
 progress-eta: install
 	$(PY) benchmarks/progress_eta.py
+
+# Mutation testing of the core (not in CI: ~20-40 minutes on 2 cores). MUTATION_ARGS="--modules pack --show"
+mutation: install
+	$(PY) -m pip install --quiet "mutmut>=3.8"
+	$(PY) scripts/mutation.py $(MUTATION_ARGS)

@@ -189,14 +189,25 @@ def build_parser() -> argparse.ArgumentParser:
         description="Turn raw text corpora into training-ready HDF5 with Apache Beam. "
         "Beam pipeline options (--runner, --direct_num_workers, --project, ...) may follow.",
     )
-    sub = parser.add_subparsers(dest="mode", required=True, metavar="{LMData,Summarization,FIM}")
+    sub = parser.add_subparsers(dest="mode", required=True, metavar="{" + ",".join(MODES + tuple(TOOLS)) + "}")
     for mode in MODES:
         p = sub.add_parser(mode, help=f"{mode} mode")
         p.add_argument("--params", default=None, help="YAML file with setup/processing/dataset sections")
         for s in SETTINGS:
             if s.cli and mode in s.modes:
                 _add_argument(p, s)
+    for tool, what in TOOLS.items():
+        # Listed for --help only: main() hands these to pipelines.tools, which has their own flags.
+        sub.add_parser(tool, help=what, add_help=False)
     return parser
+
+
+# The commands on a written dataset (pipelines.tools), as --help lists them.
+TOOLS = {
+    "verify": "check OUT against the Cerebras dataloader's rules and recount data_params.json (verify --help)",
+    "inspect": "print a row of OUT as text or ids (inspect --help)",
+    "report": "write OUT/report.html with plots of the dataset (report --help)",
+}
 
 
 def _coerce(s: Setting, raw: Any, origin: str) -> Any:

@@ -24,7 +24,7 @@ import apache_beam as beam
 import fsspec
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines.config import FIM, LMDATA, SUMMARIZATION, Config, ConfigError, load_config
+from pipelines.config import FIM, LMDATA, SUMMARIZATION, TOOLS, Config, ConfigError, load_config
 from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
@@ -487,7 +487,6 @@ def run(config: Config, beam_args: list[str], plan_changes: Optional[dict] = Non
     return params
 
 
-TOOLS = ("verify", "inspect", "report")
 
 
 def _bad_share_problem(params: dict, limit: Optional[float]) -> Optional[str]:

@@ -102,3 +102,15 @@ def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     assert "make test" in readme and "make demo" in readme
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_help_names_the_modes_and_the_tools():
+    """A user finds verify, inspect and report from --help, and each answers its own --help."""
+    out = _cli(["--help"])
+    assert out.returncode == 0
+    listed = re.search(r"\{([A-Za-z,]+)\}", out.stdout).group(1).split(",")
+    assert listed == ["LMData", "Summarization", "FIM", "verify", "inspect", "report"]
+    for tool in ("verify", "inspect", "report"):
+        assert re.search(rf"^\s+{tool}\s+\S", out.stdout, re.M), f"{tool} has no line of help"
+        sub = _cli([tool, "--help"])
+        assert sub.returncode == 0 and f"create_hdf5_dataset {tool}" in sub.stdout

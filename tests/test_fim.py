@@ -416,9 +416,9 @@ def test_round_trip_without_truncation(name, docs, cut, seed):
     # An msl leaving room for every sentinel, BOS and re-tokenization growth.
     need = sum(3 * len(s) + 6 for s in segs) + 1
     _, cfg, _, _ = _setup(name, need)
+    # The plan only says which format each segment took (the same draws); the row is read back on its own.
     plan = plan_row(tokens, cfg, encode, decode, NumpyDraws(np.random.RandomState(seed)))
     row = fim_row(tokens, cfg, encode, decode, NumpyDraws(np.random.RandomState(seed)))
-    assert np.array_equal(row, assemble(plan, cfg))
     x, n_real = laid_out(row)
     assert n_real <= cfg.max_seq_length + 1
     assert (x[n_real:] == cfg.pad_id).all()

@@ -8,7 +8,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transforms.core.stats import Stats, check_accounting, input_section, merge, real_lengths, row_stats
+from transforms.core.stats import (Stats, check_accounting, input_section, merge, post_process_section, real_lengths,
+                                   row_stats)
 
 EOS, PAD = 0, 99
 
@@ -93,6 +94,65 @@ def test_summarization_like_row_non_pad_is_the_real_input_length():
     assert s["non_pad_tokens"] == real_input
     assert s["num_pad_tokens"] == msl - real_input
     assert list(real_lengths(rows, inverted_mask=False, trailing_eos_input=True)) == [real_input]
+
+
+def test_summarization_row_of_full_length_has_no_trailing_eos_input():
+    """A record of exactly msl + 1 tokens: its EOS is only a label, so every input is real and none is padding."""
+    msl = 5
+    prompt, completion = [11, 12], [21, 22, 23]  # 2 + 3 + EOS = 6 = msl + 1
+    r = summarization_row(prompt, completion, msl)
+    np.testing.assert_array_equal(r[0], [11, 12, 21, 22, 23])
+    np.testing.assert_array_equal(r[2], [12, 21, 22, 23, EOS])
+    for inverted in (False, True):
+        rows = np.stack([r]).copy()
+        if inverted:
+            rows[:, 1] ^= 1
+        s = row_stats(rows, inverted_mask=inverted, trailing_eos_input=True)
+        assert list(real_lengths(rows, inverted_mask=inverted, trailing_eos_input=True)) == [msl]
+        assert s["non_pad_tokens"] == msl and s["num_pad_tokens"] == 0
+        assert s["loss_valid_tokens"] == len(completion) + 1 and s["num_masked_tokens"] == msl - len(completion) - 1
+
+
+def test_lm_and_summarization_lengths_differ_by_the_trailing_eos():
+    msl = 8
+    lm = row([5, 6, 7, EOS, PAD, PAD, PAD, PAD], [1, 1, 1, 0, 0, 0, 0, 0], [6, 7, EOS, PAD, PAD, PAD, PAD, PAD])
+    assert list(real_lengths(np.stack([lm]), inverted_mask=False)) == [3]
+    assert list(real_lengths(np.stack([lm]), inverted_mask=False, trailing_eos_input=True)) == [4]
+    blank = row([PAD] * msl, [0] * msl, [PAD] * msl)  # no loss at all: nothing real
+    assert list(real_lengths(np.stack([blank]), inverted_mask=False, trailing_eos_input=True)) == [0]
+
+
+def test_post_process_section_by_hand():
+    """The reference's keys (SPEC 1e) from hand-made counts, each stated from its definition."""
+    stats = Stats()
+    for name, value in (("docs_good", 10), ("dropped.too_long", 2), ("dropped.shorter_than_min_sequence_len", 1),
+                        ("raw_chars", 1001), ("raw_bytes", 1201), ("normalized_chars", 990),
+                        ("normalized_bytes", 1190)):
+        stats.add(name, value, "a.jsonl")
+    written = {"num_sequences": 4, "num_tokens": 4 * 8, "loss_valid_tokens": 25, "num_masked_tokens": 7,
+               "num_pad_tokens": 3}
+    section = post_process_section(stats, written, eos_id=0, pad_id=99, vocab_size=50257)
+    assert section == {
+        "average_bytes_per_sequence": 301,  # ceil(1201 / 4)
+        "average_chars_per_sequence": 251,  # ceil(1001 / 4)
+        "discarded_files": 3,  # documents dropped, whatever the reason
+        "eos_id": 0,
+        "loss_valid_tokens": 25,
+        "n_examples": 4,
+        "normalized_bytes_count": 1190,
+        "normalized_chars_count": 990,
+        "num_masked_tokens": 7,
+        "num_pad_tokens": 3,
+        "num_tokens": 32,
+        "pad_id": 99,
+        "processed_files": 10,  # good documents
+        "raw_bytes_count": 1201,
+        "raw_chars_count": 1001,
+        "successful_files": 7,  # good and not dropped
+        "vocab_size": 50257,
+    }
+    empty = post_process_section(Stats(), {}, eos_id=0, pad_id=0, vocab_size=1)
+    assert empty["n_examples"] == 0 and empty["average_bytes_per_sequence"] == 0
 
 
 def test_no_rows():

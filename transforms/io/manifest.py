@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import Optional
 
 import apache_beam as beam
 
@@ -40,7 +41,11 @@ class MergeStats(beam.CombineFn):
 
 
 def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad_id: int, vocab_size: int,
-                 extra: dict) -> dict:
+                 extra: dict, dead_letters: Optional[int] = None) -> dict:
+    """data_params.json's content; raises if the files, the dead letters and the counts disagree.
+
+    `dead_letters`: records written to OUT/dead_letter (None: not checked).
+    """
     written = Counter(stats.with_prefix(H5_ROWS))
     in_files = sum(s.num_sequences for s in shards)
     if written["num_sequences"] != in_files:
@@ -65,6 +70,8 @@ def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad
     run["stage_seconds"] = {k: round(timers[k] / 1000, 2) for k in STAGES if k in timers}
     params["run"] = run
     problems = check_accounting(params["input"])
+    if dead_letters is not None and dead_letters != params["input"]["bad"]:
+        problems.append(f"{dead_letters} dead letters written, {params['input']['bad']} bad records counted")
     if problems:
         raise RuntimeError("document accounting does not add up: " + "; ".join(problems))
     return params
@@ -72,7 +79,7 @@ def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad
 
 def _finalize(shards: list, stats: Stats, dead_letters: int, output_dir: str, sections: dict, ids: dict,
               extra: dict) -> dict:
-    params = build_params(shards, stats, sections, extra=extra, **ids)
+    params = build_params(shards, stats, sections, extra=extra, dead_letters=dead_letters, **ids)
     fs.write_text_atomic(fs.join(output_dir, PARAMS_FILE), json.dumps(params, indent=4, sort_keys=True) + "\n")
     fs.remove_tree(fs.join(output_dir, fs.TMP_DIR))
     return params

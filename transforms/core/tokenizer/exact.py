@@ -29,6 +29,9 @@ merge order (NeoX, OLMo). Tokens that no merge produces (GPT-2's
 "<|endoftext|>" in the model vocabulary, added tokens, unreachable entries)
 are left out: HF's BPE never outputs them either. When several listed merges
 produce t, t's rank is that of the merge HF's run on t alone ends with.
+Only the order of the ranks of multi-byte tokens steers TT, so when the ids of
+merged tokens increase with their merges' priority (GPT-2's do), the ids
+themselves are used as ranks and TT's output needs no mapping.
 
 **Locality.** In HF's run on any word, the merges inside the span of a part
 are exactly HF's run on that part's text alone: parts only grow, so while the

@@ -1,0 +1,168 @@
+"""Mutation testing of the core with mutmut: `make mutation`.
+
+mutmut changes the code one small thing at a time (a `<` for a `<=`, a
+constant, a dropped argument) and runs the tests that cover the changed
+function; a mutant the tests do not notice "survives". The score of a module
+is the share of its mutants that were caught (killed, or made a test time out).
+
+It runs in a copy of the checkout (beside a link to ../shared, as the tests
+expect), so nothing of mutmut's lands in the repository, and prints a score
+per module, then every survivor, or with --show its diff. Survivors known to
+be equivalent (no test can tell them apart: same behaviour) are listed in
+scripts/mutation_equivalent.txt with a one-line reason each, and counted apart.
+
+    python scripts/mutation.py [--modules pack,fim] [--show] [--keep] [--jobs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EQUIVALENT = ROOT / "scripts" / "mutation_equivalent.txt"
+
+# Module -> the fast tests that speak for it (mutmut then runs, for each mutant, only those that cover it).
+MODULES = {
+    "pack": ("transforms/core/pack.py", ["tests/test_pack.py"]),
+    "summarization": ("transforms/core/summarization.py", ["tests/test_summarization.py"]),
+    "fim": ("transforms/core/fim.py", ["tests/test_fim.py"]),
+    "stats": ("transforms/core/stats.py", ["tests/test_stats.py"]),
+    "sharding": ("transforms/core/sharding.py", ["tests/test_sharding.py", "tests/test_shuffle_quality.py"]),
+    "seeds": ("transforms/core/seeds.py", ["tests/test_sharding.py", "tests/test_shuffle_quality.py",
+                                           "tests/test_pack.py", "tests/test_fim.py"]),
+    "units": ("transforms/core/units.py", ["tests/test_work_units.py", "tests/test_dead_letters.py"]),
+    "records": ("transforms/core/records.py", ["tests/test_work_units.py", "tests/test_readers.py"]),
+    "readers": ("transforms/io/readers.py", ["tests/test_readers.py", "tests/test_work_units.py"]),
+    "read_corpus": ("transforms/io/read_corpus.py", ["tests/test_read_corpus.py", "tests/test_work_units.py",
+                                                     "tests/test_dead_letters.py"]),
+}
+DEFAULT = ("pack", "summarization", "fim", "stats", "sharding", "seeds", "units", "records", "readers")
+CAUGHT = ("killed", "timeout", "segfault")
+MISSED = ("survived", "no tests")  # a mutant no test even runs is missed too
+_MODULE_OF = re.compile(r"^(.*)\.x[_ǁ]")
+
+
+def _copy_checkout(work: Path) -> Path:
+    """The checkout's files (tracked and new, not ignored) in work/<name>, with work/shared linked."""
+    repo = work / ROOT.name
+    names = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                           check=True, capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, names):
+        src = ROOT / name
+        if src.is_file():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, repo / name)
+    shared = ROOT.parent / "shared"
+    if shared.exists():
+        os.symlink(shared, work / "shared")
+    return repo
+
+
+def _write_config(repo: Path, sources: list[str], tests: list[str]) -> None:
+    lines = ["[mutmut]", "source_paths ="] + [f"    {s}" for s in sources]
+    lines += ["pytest_add_cli_args_test_selection ="] + [f"    {t}" for t in tests if (repo / t).exists()]
+    lines += ["also_copy =", "    tests", "    pipelines", "    transforms", "    data", "    configs"]
+    (repo / "setup.cfg").write_text("\n".join(lines) + "\n")
+
+
+def _equivalent() -> dict:
+    out = {}
+    if EQUIVALENT.exists():
+        for line in EQUIVALENT.read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                name, _, reason = line.partition(" ")
+                out[name] = reason.strip()
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modules", default=",".join(DEFAULT), help=f"of {', '.join(MODULES)}")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--show", action="store_true", help="print each survivor's diff")
+    parser.add_argument("--keep", action="store_true", help="keep the working copy (its path is printed)")
+    args = parser.parse_args(argv)
+    chosen = [m.strip() for m in args.modules.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in MODULES]
+    if unknown:
+        parser.error(f"unknown modules {unknown}; choose from {', '.join(MODULES)}")
+    mutmut = Path(sys.executable).with_name("mutmut")
+    if not mutmut.exists():
+        print("mutmut is not installed: pip install 'mutmut>=3.8'", file=sys.stderr)
+        return 2
+    sources = [MODULES[m][0] for m in chosen]
+    tests = sorted({t for m in chosen for t in MODULES[m][1]})
+    work = Path(tempfile.mkdtemp(prefix="mutation_"))
+    try:
+        repo = _copy_checkout(work)
+        _write_config(repo, sources, tests)
+        started = time.perf_counter()
+        with open(work / "mutmut.log", "w") as log:
+            proc = subprocess.run([str(mutmut), "run", "--max-children", str(args.jobs)], cwd=repo, stdout=log,
+                                  stderr=subprocess.STDOUT)
+        if proc.returncode:
+            print(f"mutmut run failed ({proc.returncode}); its log: {work / 'mutmut.log'}", file=sys.stderr)
+            args.keep = True
+            return 1
+        results = subprocess.run([str(mutmut), "results", "--all", "true"], cwd=repo, capture_output=True,
+                                 text=True).stdout
+        status = {}
+        for line in results.splitlines():
+            name, _, state = line.strip().rpartition(": ")
+            if name:
+                status[name] = state
+        equivalent = _equivalent()
+        per = defaultdict(Counter)
+        survivors = []
+        for name, state in status.items():
+            module = _MODULE_OF.match(name).group(1).rsplit(".", 1)[-1]
+            if state in MISSED and name in equivalent:
+                state = "equivalent"
+            elif state in MISSED:
+                state = "survived"
+                survivors.append(name)
+            per[module][state] += 1
+        print(f"mutmut over {', '.join(chosen)} ({len(status)} mutants, {time.perf_counter() - started:.0f} s, "
+              f"tests: {' '.join(tests)})\n")
+        print(f"{'module':<15} {'mutants':>8} {'caught':>7} {'survived':>9} {'equivalent':>11} {'other':>6} {'score':>7}")
+        for module in sorted(per):
+            c = per[module]
+            caught = sum(c[s] for s in CAUGHT)
+            other = sum(v for k, v in c.items() if k not in CAUGHT + ("survived", "equivalent"))
+            counted = caught + c["survived"]
+            score = caught / counted if counted else 1.0
+            print(f"{module:<15} {sum(c.values()):>8} {caught:>7} {c['survived']:>9} {c['equivalent']:>11} "
+                  f"{other:>6} {score:>7.1%}")
+        print("\nscore = caught / (caught + survived), where survived counts the mutants no test runs; "
+              "equivalent mutants (scripts/mutation_equivalent.txt) and 'other' (skipped, suspicious) are not "
+              "counted")
+        if survivors:
+            print(f"\n{len(survivors)} survivors:")
+            for name in survivors:
+                if args.show:
+                    print(subprocess.run([str(mutmut), "show", name], cwd=repo, capture_output=True,
+                                         text=True).stdout)
+                else:
+                    print(f"  {name}")
+        stale = sorted(n for n in equivalent if status.get(n) not in (None,) + MISSED)
+        if stale:
+            print(f"\nlisted as equivalent but caught now (remove from {EQUIVALENT.name}): {', '.join(stale)}")
+        return 0
+    finally:
+        if args.keep:
+            print(f"\nworking copy kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
