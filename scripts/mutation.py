@@ -32,16 +32,19 @@ EQUIVALENT = ROOT / "scripts" / "mutation_equivalent.txt"
 
 # Module -> the fast tests that speak for it (mutmut then runs, for each mutant, only those that cover it).
 MODULES = {
-    "pack": ("transforms/core/pack.py", ["tests/test_pack.py"]),
-    "summarization": ("transforms/core/summarization.py", ["tests/test_summarization.py"]),
-    "fim": ("transforms/core/fim.py", ["tests/test_fim.py"]),
-    "stats": ("transforms/core/stats.py", ["tests/test_stats.py"]),
+    "pack": ("transforms/core/pack.py", ["tests/test_pack.py", "tests/test_pack_rules.py"]),
+    "summarization": ("transforms/core/summarization.py", ["tests/test_summarization.py",
+                                                           "tests/test_summarization_rules.py"]),
+    "fim": ("transforms/core/fim.py", ["tests/test_fim.py", "tests/test_fim_rules.py"]),
+    "stats": ("transforms/core/stats.py", ["tests/test_stats.py", "tests/test_stats_sections.py"]),
     "sharding": ("transforms/core/sharding.py", ["tests/test_sharding.py", "tests/test_shuffle_quality.py"]),
     "seeds": ("transforms/core/seeds.py", ["tests/test_sharding.py", "tests/test_shuffle_quality.py",
                                            "tests/test_pack.py", "tests/test_fim.py"]),
     "units": ("transforms/core/units.py", ["tests/test_work_units.py", "tests/test_dead_letters.py"]),
-    "records": ("transforms/core/records.py", ["tests/test_work_units.py", "tests/test_readers.py"]),
-    "readers": ("transforms/io/readers.py", ["tests/test_readers.py", "tests/test_work_units.py"]),
+    "records": ("transforms/core/records.py", ["tests/test_work_units.py", "tests/test_readers.py",
+                                               "tests/test_records.py", "tests/test_readers_edge.py"]),
+    "readers": ("transforms/io/readers.py", ["tests/test_readers.py", "tests/test_work_units.py",
+                                             "tests/test_readers_edge.py"]),
     "read_corpus": ("transforms/io/read_corpus.py", ["tests/test_read_corpus.py", "tests/test_work_units.py",
                                                      "tests/test_dead_letters.py"]),
 }
@@ -64,6 +67,8 @@ def _copy_checkout(work: Path) -> Path:
     shared = ROOT.parent / "shared"
     if shared.exists():
         os.symlink(shared, work / "shared")
+        # mutmut runs the tests from <repo>/mutants, whose parent must hold ../shared too.
+        os.symlink(shared, repo / "shared")
     return repo
 
 

@@ -182,6 +182,7 @@ def test_every_row_lands_once_where_the_rule_puts_it(counts, per_file, n_files, 
     rnd.shuffle(given_order)  # the order groups reach the layout does not matter
     layout = Layout.create(given_order, shuffle_seed=shuffle_seed, files_per_record=per_file,
                            num_output_files=n_files)
+    assert layout.files == FileLayout.create(sum(counts), files_per_record=per_file, num_output_files=n_files)
     files = _layout_files(layout, metas)
     assert [row for f in files for row in f] == _expected_order(metas, shuffle_seed)
     assert [len(f) for f in files] == [layout.files.size(i) for i in range(layout.files.num_files)]
@@ -220,11 +221,87 @@ def test_layout_size_does_not_grow_with_rows():
     assert large - small <= 8 << sharding.MAX_RANGE_BITS  # at most the key-range table grew
 
 
+def test_sort_keys_are_checked():
+    one = [((0, (1 << 24) - 1), "a#16777215", 1)]
+    assert Layout.create(one, shuffle_seed=None, files_per_record=4, num_output_files=None).files.total == 1
+    with pytest.raises(ValueError, match="more than 16777216 packing groups in one file"):
+        Layout.create([((0, 1 << 24), "a#16777216", 1)], shuffle_seed=None, files_per_record=4,
+                      num_output_files=None)
+    for dup in ([((3, 1), "a#1", 2), ((3, 1), "b#1", 5)], [((3, 0), "a#0", 1), ((3, 1), "a#1", 2), ((3, 1), "b#1", 5)]):
+        with pytest.raises(ValueError, match="^two packing groups share a sort key$"):
+            Layout.create(dup, shuffle_seed=0, files_per_record=4, num_output_files=None)
+    layout = Layout.create(_metas([3, 4]), shuffle_seed=None, files_per_record=4, num_output_files=None)
+    with pytest.raises(KeyError, match=r"no packing group \(7, 0\) in the layout"):
+        layout.group_of((7, 0))
+
+
+@settings(max_examples=100, deadline=None)
+@given(counts=st.lists(st.integers(0, 40), min_size=1, max_size=8), per_file=st.integers(1, 30),
+       shuffle_seed=st.one_of(st.none(), st.integers(0, 5)))
+def test_route_sends_each_row_only_where_it_may_land(counts, per_file, shuffle_seed):
+    """Without shuffle a row goes to its own file only; with shuffle, to the files its key range overlaps."""
+    metas = _metas(counts)
+    layout = Layout.create(metas, shuffle_seed=shuffle_seed, files_per_record=per_file, num_output_files=None)
+    groups = np.concatenate([np.full(n, layout.group_of(key)) for key, _, n in metas])
+    rows = np.concatenate([np.arange(n) for _, _, n in metas])
+    where = layout.positions(groups, rows)  # every row's position, all rows at once
+    file_of = np.searchsorted(np.asarray(layout.files.starts), where, side="right") - 1
+    allowed = {}
+    if shuffle_seed is None:
+        for g, r, f in zip(groups.tolist(), rows.tolist(), file_of.tolist()):
+            allowed[g, r] = {f}
+    else:
+        # A key range's rows hold consecutive positions: the files they span may all need the whole range.
+        names = {layout.group_of(key): name for key, name, _ in metas}
+        keys = np.array([row_keys(shuffle_seed, names[g], np.array([r]))[0]
+                         for g, r in zip(groups.tolist(), rows.tolist())], dtype=np.uint64)
+        ranges = layout._ranges(keys)
+        spans = {}
+        for r, f in zip(ranges.tolist(), file_of.tolist()):
+            spans.setdefault(r, set()).add(f)
+        full = {r: set(range(min(fs), max(fs) + 1)) for r, fs in spans.items()}
+        for g, r, rng in zip(groups.tolist(), rows.tolist(), ranges.tolist()):
+            allowed[g, r] = full[rng]
+    sent = {}
+    for key, _, _ in metas:
+        g = layout.group_of(key)
+        for f, routed in layout.route(g):
+            assert len(routed) == len(set(routed.tolist())), "a row sent twice to one file"
+            for r in routed.tolist():
+                sent.setdefault((g, r), set()).add(f)
+    assert sent == allowed
+
+
+def test_range_counts_do_not_depend_on_how_rows_are_chunked(monkeypatch):
+    metas = _metas([50, 7, 0, 33, 61, 2], files_of_groups=2)
+    whole = Layout.create(metas, shuffle_seed=3, files_per_record=9, num_output_files=None)
+    monkeypatch.setattr(sharding, "_KEY_CHUNK_ROWS", 5)  # many chunks, groups larger than a chunk
+    chunked = Layout.create(metas, shuffle_seed=3, files_per_record=9, num_output_files=None)
+    assert whole.range_bits == chunked.range_bits > 0
+    assert np.array_equal(whole.range_starts, chunked.range_starts)
+    sizes = []
+    real = sharding._keys
+    monkeypatch.setattr(sharding, "_keys", lambda bases, rows: sizes.append(len(rows)) or real(bases, rows))
+    Layout.create(metas, shuffle_seed=3, files_per_record=9, num_output_files=None)
+    # Memory stays bounded: a chunk holds at most _KEY_CHUNK_ROWS rows, or a single larger group.
+    assert max(sizes) <= max(5, max(n for _, _, n in metas)) and sum(sizes) == sum(n for _, _, n in metas)
+    assert len(sizes) > 3
+    sizes.clear()
+    small = _metas([3] * 20)  # groups smaller than a chunk are gathered, up to a chunk's size
+    Layout.create(small, shuffle_seed=3, files_per_record=9, num_output_files=None)
+    assert max(sizes) <= 5 and sum(sizes) == 60
+    monkeypatch.setattr(sharding, "MAX_RANGE_BITS", 0)
+    one_range = Layout.create(metas, shuffle_seed=3, files_per_record=9, num_output_files=None)
+    assert one_range.range_starts.tolist() == [0, sum(n for _, _, n in metas)]
+
+
 def test_range_bits():
     assert range_bits(0, 1) == 0
     assert range_bits(10_000, 5_000) == 4  # ranges of ~1024 rows, at most a quarter of a file
     assert range_bits(10_000, 40) == 10  # small files: ranges of ~10 rows
     assert range_bits(10**12, 10**6) == sharding.MAX_RANGE_BITS
+    assert range_bits(100, 4) == 7  # files of 4 rows: ranges of one row
+    assert range_bits(1025, 10) == 10  # a quarter of 10 rows is 2 (whole rows), not 2.5
 
 
 def test_shard_name():

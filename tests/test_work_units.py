@@ -17,7 +17,7 @@ from pipelines.config import load_config
 from pipelines.create_hdf5_dataset import run
 from tests.helpers import MULTI_PROCESSING, RUNNER, SHARED, ROOT, require_shared, zst
 from transforms.core.records import BYTES, ROWS, WHOLE, Document, InputFile
-from transforms.core.units import jsonl_units, line_bases, parquet_group_rows, parquet_units
+from transforms.core.units import jsonl_units, line_bases, parquet_group_rows, parquet_units, whole_file
 from transforms.io.read_corpus import plan_units
 from transforms.io.readers import read_records
 
@@ -136,6 +136,16 @@ def test_only_large_files_read_in_order_hand_their_groups_on(tmp_path):
 
 def test_unit_math():
     f = InputFile(0, "a.jsonl", "a.jsonl")
+    (whole,) = whole_file(f, 10, fan_out_bytes=5)
+    assert (whole.file, whole.kind, whole.fan_out, whole.first_group, whole.end_group) == (f, WHOLE, True, 0, 1)
+    assert not whole_file(f, 10, fan_out_bytes=10)[0].fan_out and not whole_file(f)[0].fan_out
+    assert {u.file for u in jsonl_units(f, 250, 100)} == {f} and {u.file for u in parquet_units(f, 9, 300, 100)} == {f}
+    with pytest.raises(ValueError, match="unit_groups must be positive, got 0"):
+        jsonl_units(f, 250, 100, 0)
+    assert parquet_group_rows(5, 50, 100) == 5  # a small file: one group, whatever its row count
+    assert parquet_group_rows(1, 10, 100) == 1 and parquet_group_rows(0, 500, 100) == 1
+    assert parquet_group_rows(10, 1000, 10) == 1  # rows larger than a group: one row per group
+    assert len(parquet_units(f, 10, 50, 100)) == 1
     assert [u.span for u in jsonl_units(f, 250, 100, 2)] == [(0, 200), (200, 250)]
     assert [u.span for u in jsonl_units(f, 0, 100)] == [(0, 0)]  # an empty file is one (empty) group
     assert parquet_group_rows(1000, 100, 100) == 1000  # at most group_bytes of data: one group

@@ -174,7 +174,8 @@ def parquet_shape(path: str, keys: tuple[str, ...]) -> Optional[tuple[int, int]]
         with fsspec.open(path, "rb") as raw:
             src = _StorageFile(raw)
             try:
-                meta = pq.ParquetFile(src).metadata
+                pfile = pq.ParquetFile(src)
+                meta, names = pfile.metadata, pfile.schema_arrow.names
             except (pa.ArrowException, OSError, ValueError):
                 if _is_transient(src.error):
                     raise src.error  # type: ignore[misc]
@@ -195,6 +196,8 @@ def parquet_shape(path: str, keys: tuple[str, ...]) -> Optional[tuple[int, int]]
                 data_bytes += column.total_uncompressed_size
     if meta.num_row_groups and found != wanted:
         return None
+    if any(names.count(k) > 1 for k in wanted):
+        return None  # two columns of one name: as for a missing one
     return int(meta.num_rows), int(data_bytes)
 
 
@@ -250,8 +253,8 @@ class _StorageFile:
 # ---------------------------------------------------------------- helpers
 
 
-def _unreadable(source: str, detail: str, member: Optional[str] = None) -> BadRecord:
-    return BadRecord(source, None, UNREADABLE_FILE, member=member, detail=detail[:_DETAIL_CAP])
+def _unreadable(source: str, detail: str) -> BadRecord:
+    return BadRecord(source, None, UNREADABLE_FILE, detail=detail[:_DETAIL_CAP])
 
 
 def _short(e: BaseException) -> str:
@@ -610,13 +613,14 @@ def _read_jsonl_zst_tar(fh, source: str, keys: tuple[str, ...], cap: int) -> Ite
                 # tarfile also ends quietly at a header it cannot read; only zeros may follow a real end.
                 left = _bytes_after_end(archive)
                 if left:
-                    after = f" after member {last!r}" if last else ""
+                    # A member may be named "": only None means that no member was read.
+                    after = f" after member {last!r}" if last is not None else ""
                     yield _unreadable(source, f"corrupt tar{after}: a header that is not a tar header, then "
                                               f"{left} bytes that were not read")
                 return
             except _READ_ERRORS as e:
-                after = f" after member {last!r}" if last else ""
-                yield _unreadable(source, f"corrupt tar{after}: {_short(e)}")
+                # tarfile read the first header when it opened the archive, so a member came before.
+                yield _unreadable(source, f"corrupt tar after member {last!r}: {_short(e)}")
                 return
             last = info.name
             if not info.isfile():
@@ -682,7 +686,7 @@ def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int,
                   rows: Optional[tuple[int, int]] = None) -> Iterator[Record]:
     try:
         pfile = pq.ParquetFile(fh)
-        names = set(pfile.schema_arrow.names)
+        names = pfile.schema_arrow.names
         group_rows = [pfile.metadata.row_group(i).num_rows for i in range(pfile.num_row_groups)]
     except (pa.ArrowException, OSError, ValueError) as e:
         yield _unreadable(source, f"not a readable parquet file: {_short(e)}")
@@ -691,8 +695,13 @@ def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int,
     if missing:
         yield BadRecord(
             source, None, MISSING_KEY,
-            detail=f"column(s) {missing} not in parquet file (has {sorted(names)})"[:_DETAIL_CAP],
+            detail=f"column(s) {missing} not in parquet file (has {sorted(set(names))})"[:_DETAIL_CAP],
         )
+        return
+    twice = [k for k in dict.fromkeys(keys) if names.count(k) > 1]
+    if twice:
+        # Arrow cannot tell which one is meant (the reference crashed on such a file).
+        yield _unreadable(source, f"column(s) {twice} appear more than once in the parquet file")
         return
     start, stop = rows if rows is not None else (0, sum(group_rows))
     columns = list(dict.fromkeys(keys))
@@ -712,14 +721,7 @@ def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int,
             else:
                 for a in range(lo, hi, _PARQUET_SLICE_ROWS):
                     piece = table.slice(a - first_row, min(_PARQUET_SLICE_ROWS, hi - a))
-                    try:
-                        cols = [_column_values(piece.column(k)) for k in keys]
-                    except (pa.ArrowException, ValueError) as e:
-                        yield BadRecord(source, a, UNREADABLE_FILE,
-                                        detail=f"rows {a}..{a + piece.num_rows - 1} unreadable: {_short(e)}"
-                                        [:_DETAIL_CAP])
-                        continue
-                    yield from _parquet_rows(cols, a, source, keys)
+                    yield from _parquet_rows([_column_values(piece.column(k)) for k in keys], a, source, keys)
                 del table
         first_row += num_rows
         if first_row >= stop:
@@ -730,30 +732,43 @@ def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int,
 _PARQUET_SLICE_ROWS = 8192
 
 
-class _BadUtf8:
-    """Stands in for a parquet string value that is not valid UTF-8."""
+class _BadValue:
+    """Stands in for a parquet value that has no Python text: invalid UTF-8, or beyond Python's range."""
 
-    def __init__(self, raw: bytes):
+    def __init__(self, reason: str, raw: bytes, detail: str = ""):
+        self.reason = reason
         self.raw = raw
+        self.detail = detail  # follows "column 'key'"
 
 
 def _column_values(column: pa.ChunkedArray) -> list:
     try:
         return column.to_pylist()
-    except UnicodeDecodeError:
+    except (ValueError, ArithmeticError, pa.ArrowException):
+        # A UnicodeDecodeError (Arrow does not validate UTF-8 when reading), or an
+        # OverflowError (a date past year 9999).
         pass
-    # Arrow does not validate UTF-8 when reading; find the bad values one by one.
-    binary = pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary()
-    values = []
-    for raw in column.cast(binary).to_pylist():
-        if raw is None:
-            values.append(None)
-            continue
-        try:
-            values.append(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            values.append(_BadUtf8(raw))
-    return values
+    # Value by value, so that a bad value is one bad record and its neighbours survive.
+    return [_value(scalar) for chunk in column.chunks for scalar in chunk]
+
+
+def _value(scalar: pa.Scalar):
+    try:
+        return scalar.as_py()
+    except UnicodeDecodeError:
+        return _BadValue(INVALID_UTF8, _raw_utf8(scalar))
+    except (ValueError, ArithmeticError, pa.ArrowException) as e:
+        return _BadValue(NOT_A_STRING, b"", f" is {scalar.type}: {_short(e)}"[:_DETAIL_CAP])
+
+
+def _raw_utf8(scalar: pa.Scalar) -> bytes:
+    """The bytes of a value holding invalid UTF-8: a string's own, a list's strings joined as paragraphs."""
+    if isinstance(scalar, (pa.ListScalar, pa.LargeListScalar)):
+        return b"\n\n".join(_raw_utf8(v) for v in scalar.values if v.is_valid)
+    try:
+        return scalar.cast(pa.large_binary()).as_py()
+    except pa.ArrowException:
+        return b""  # a struct or a map has no bytes of its own
 
 
 def _parquet_rows(
@@ -766,8 +781,9 @@ def _parquet_rows(
             continue
         values = []
         for key, value in zip(keys, row):
-            if isinstance(value, _BadUtf8):
-                yield BadRecord(source, index, INVALID_UTF8, value.raw[:_RAW_CAP], detail=f"column {key!r}")
+            if isinstance(value, _BadValue):
+                yield BadRecord(source, index, value.reason, value.raw[:_RAW_CAP],
+                                detail=f"column {key!r}{value.detail}")
                 break
             text, reason = _coerce(value)
             if text is None:
