@@ -118,13 +118,18 @@ def main(argv=None) -> int:
             print(f"mutmut run failed ({proc.returncode}); its log: {work / 'mutmut.log'}", file=sys.stderr)
             args.keep = True
             return 1
-        results = subprocess.run([str(mutmut), "results", "--all", "true"], cwd=repo, capture_output=True,
-                                 text=True).stdout
-        status = {}
-        for line in results.splitlines():
-            name, _, state = line.strip().rpartition(": ")
-            if name:
-                status[name] = state
+        status = _status(mutmut, repo)
+        timeouts = sorted(n for n, state in status.items() if state == "timeout")
+        if timeouts:
+            # mutmut's timer thread keeps the deadlines of finished children and signals their pids when
+            # they fall due, so over thousands of forks a reused pid can kill an unrelated mutant as
+            # "timeout" (equivalent mutants were). Run each timed-out mutant again, alone: a real hang
+            # times out again, anything else gets its true verdict.
+            with open(work / "mutmut.log", "a") as log:
+                for name in timeouts:
+                    subprocess.run([str(mutmut), "run", "--max-children", "1", name], cwd=repo, stdout=log,
+                                   stderr=subprocess.STDOUT)
+            status = _status(mutmut, repo)
         equivalent = _equivalent()
         per = defaultdict(Counter)
         survivors = []
@@ -137,7 +142,11 @@ def main(argv=None) -> int:
                 survivors.append(name)
             per[module][state] += 1
         print(f"mutmut over {', '.join(chosen)} ({len(status)} mutants, {time.perf_counter() - started:.0f} s, "
-              f"tests: {' '.join(tests)})\n")
+              f"tests: {' '.join(tests)})")
+        if timeouts:
+            print(f"{len(timeouts)} timeouts run again alone; "
+                  f"{sum(status[n] == 'timeout' for n in timeouts)} timed out again")
+        print()
         print(f"{'module':<15} {'mutants':>8} {'caught':>7} {'survived':>9} {'equivalent':>11} {'other':>6} {'score':>7}")
         for module in sorted(per):
             c = per[module]
@@ -167,6 +176,17 @@ def main(argv=None) -> int:
             print(f"\nworking copy kept: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _status(mutmut: Path, repo: Path) -> dict:
+    results = subprocess.run([str(mutmut), "results", "--all", "true"], cwd=repo, capture_output=True,
+                             text=True).stdout
+    status = {}
+    for line in results.splitlines():
+        name, _, state = line.strip().rpartition(": ")
+        if name:
+            status[name] = state
+    return status
 
 
 if __name__ == "__main__":

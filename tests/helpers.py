@@ -146,3 +146,28 @@ def make_tar(members: list[tuple[str, bytes]]) -> bytes:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+# ---------------------------------------------------------------- FIM with one token per character
+# Ids are code points; 0..5 are special.
+EOS, PRE, MID, SUF, PAD, BOS = 0, 1, 2, 3, 4, 5
+
+
+def char_encode(text):
+    return [ord(c) for c in text]
+
+
+def char_decode(ids):
+    return "".join(map(chr, ids))
+
+
+def char_cfg(msl, *, bos=False, pad=PAD, fim_rate=0.9, spm_rate=0.5, inverted=False):
+    from transforms.core.fim import FimConfig
+
+    return FimConfig(max_seq_length=msl, fim_rate=fim_rate, spm_rate=spm_rate, prefix_id=PRE, middle_id=MID,
+                     suffix_id=SUF, eos_id=EOS, pad_id=pad, bos_id=BOS if bos else None, inverted_mask=inverted)
+
+
+def chars(text):
+    """'ab|cd' -> token ids, '|' standing for EOS."""
+    return np.array([EOS if c == "|" else ord(c) for c in text], dtype=np.int32)

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import GOLDEN, REFERENCE, SHARED, read_rows, reference_order, require_shared
+from tests.helpers import (BOS, EOS, GOLDEN, MID, PAD, PRE, REFERENCE, SHARED, SUF, char_cfg, char_decode, char_encode,
+                           chars, read_rows, reference_order, require_shared)
 from transforms.core.fim import (
     AR,
     PSM,
@@ -82,26 +83,6 @@ class ReferenceDraws:
         return int(b[0]), int(b[1])
 
 
-# A one-token-per-character tokenizer: ids are code points; 0..5 are special.
-EOS, PRE, MID, SUF, PAD, BOS = 0, 1, 2, 3, 4, 5
-
-
-def char_encode(text):
-    return [ord(c) for c in text]
-
-
-def char_decode(ids):
-    return "".join(map(chr, ids))
-
-
-def char_cfg(msl, *, bos=False, pad=PAD, fim_rate=0.9, spm_rate=0.5, inverted=False):
-    return FimConfig(max_seq_length=msl, fim_rate=fim_rate, spm_rate=spm_rate, prefix_id=PRE, middle_id=MID,
-                     suffix_id=SUF, eos_id=EOS, pad_id=pad, bos_id=BOS if bos else None, inverted_mask=inverted)
-
-
-def chars(text):
-    """'ab|cd' -> token ids, '|' standing for EOS."""
-    return np.array([EOS if c == "|" else ord(c) for c in text], dtype=np.int32)
 
 
 def laid_out(row):

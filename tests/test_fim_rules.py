@@ -11,6 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers import BOS, EOS, MID, PAD, PRE, SUF, chars
+from tests.helpers import char_cfg as cfg_of
+from tests.helpers import char_decode as decode
+from tests.helpers import char_encode as encode
 from transforms.core.fim import (
     AR,
     PSM,
@@ -30,26 +34,6 @@ from transforms.core.fim import (
 )
 from transforms.core.records import GroupId, RowBlock
 
-# One token per character: ids are code points, 0..5 are special.
-EOS, PRE, MID, SUF, PAD, BOS = 0, 1, 2, 3, 4, 5
-
-
-def encode(text):
-    return [ord(c) for c in text]
-
-
-def decode(ids):
-    return "".join(map(chr, ids))
-
-
-def cfg_of(msl, *, bos=False, pad=PAD, fim_rate=0.9, spm_rate=0.5, inverted=False):
-    return FimConfig(max_seq_length=msl, fim_rate=fim_rate, spm_rate=spm_rate, prefix_id=PRE, middle_id=MID,
-                     suffix_id=SUF, eos_id=EOS, pad_id=pad, bos_id=BOS if bos else None, inverted_mask=inverted)
-
-
-def chars(text):
-    """'ab|cd' -> token ids, '|' standing for EOS."""
-    return np.array([EOS if c == "|" else ord(c) for c in text], dtype=np.int32)
 
 
 class Script:

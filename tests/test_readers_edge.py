@@ -893,3 +893,21 @@ def test_parquet_shape_errors(tmp_path, edge):
         parquet_shape(edge("d.parquet", blob, open=TimeoutError("timed out")), ("text",))
     with pytest.raises(TimeoutError):
         parquet_shape(edge("e.parquet", blob, read=(0, TimeoutError("timed out"))), ("text",))
+
+
+def test_byte_ranges_partition_a_file_with_empty_lines(tmp_path):
+    # An empty line is one b"\n": a range that ends just after it (its last byte is the line) must stop
+    # there and not run on into the next line, which the next range reads.
+    data = b'\n{"text": "a"}\n\n\n{"text": "b"}\n\n{"text": "c"}\n'
+    path = write(tmp_path, "a.jsonl", data)
+    whole = read(path)
+    starts = [0] + [i + 1 for i, byte in enumerate(data) if byte == ord("\n")][:-1]
+    size = len(data)
+    for a in range(size + 1):
+        for b in range(a, size + 1):
+            parts = []
+            for lo, hi in ((0, a), (a, b), (b, None)):
+                if hi is None or hi > lo:
+                    first = sum(1 for s in starts if s < lo)
+                    parts += read(path, byte_range=(lo, hi), first_line=first)
+            assert parts == whole, (a, b)
