@@ -72,6 +72,10 @@ class WorkUnit:
         """The unit's byte or row range [lo, hi) of the file (BYTES, ROWS)."""
         return self.first_group * self.group_size, min(self.end_group * self.group_size, self.total)
 
+    def group_span(self, k: int) -> tuple[int, int]:
+        """Group k's byte or row range [lo, hi) of the file (BYTES, ROWS)."""
+        return k * self.group_size, min((k + 1) * self.group_size, self.total)
+
 
 @dataclasses.dataclass(frozen=True)
 class GroupId:

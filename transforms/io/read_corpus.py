@@ -250,12 +250,13 @@ class _ProgressShares:
     def __call__(self, k: int, last: bool) -> int:
         u, size = self._unit, self._unit.file.size
         if u.kind == BYTES:
-            return min((k + 1) * u.group_size, u.total) - k * u.group_size if k < u.num_groups - 1 \
-                else u.total - k * u.group_size
+            lo, hi = u.group_span(k)
+            return hi - lo
         if u.kind == ROWS:
             if not size or not u.total:
                 return 0
-            return size * min((k + 1) * u.group_size, u.total) // u.total - size * (k * u.group_size) // u.total
+            lo, hi = u.group_span(k)
+            return size * hi // u.total - size * lo // u.total
         done = self._position.bytes if size is None else min(self._position.bytes, size)
         if last and size is not None:
             done = size

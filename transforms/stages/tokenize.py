@@ -105,17 +105,17 @@ class _TokenizeFn(beam.DoFn):
 
     def process(self, batch: DocBatch, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
         n_keys = len(batch.docs[0].values) if batch.docs else 0
-        slices = []  # (key, lo, hi, characters)
+        slices = []  # (key, texts)
         for k in range(n_keys):
             texts = [d.values[k] for d in batch.docs]
-            slices.extend((k, lo, hi, sum(len(t) for t in texts[lo:hi])) for lo, hi in _batches(texts, TOKENIZE_BATCH_CHARS))
+            slices.extend((k, texts[lo:hi]) for lo, hi in _batches(texts, TOKENIZE_BATCH_CHARS))
         # Part of the group's share is advanced as its slices are encoded, the rest by EncodeRows.
         tokenizing = int(batch.progress_bytes * progress.TOKENIZE_SHARE) if slices else 0
         progress.expect(batch.group.name, batch.progress_bytes - tokenizing)
+        weights = [sum(map(len, texts)) for _, texts in slices]
         parts: list = [[] for _ in range(n_keys)]
-        for (k, lo, hi, _), share in zip(slices, progress.shares(tokenizing, [s[3] for s in slices])):
-            parts[k].append(self._pool.submit(self._encode, [d.values[k] for d in batch.docs[lo:hi]], share,
-                                              hi - lo if k == 0 else 0))
+        for (k, texts), share in zip(slices, progress.shares(tokenizing, weights)):
+            parts[k].append(self._pool.submit(self._encode, texts, share, len(texts) if k == 0 else 0))
         self._pending.append(_InFlight(batch.group, batch.stats, parts, window, timestamp))
         while len(self._pending) > 1:
             yield self._finish(self._pending.popleft())

@@ -341,11 +341,11 @@ class TiktokenEncoder:
             raise _RegexLimit(str(e)) from None
 
     def _to_ids(self, ranks: np.ndarray) -> np.ndarray:
-        return ranks.astype(np.int32) if self._ids is None else self._ids[ranks]
+        """The token ids of tiktoken's ranks: a read-only view of them when the ranks are the ids."""
+        return ranks.view(np.int32) if self._ids is None else self._ids[ranks]
 
     def _words(self, text: str) -> np.ndarray:
-        ranks = self._ranks(text, set())
-        return ranks.view(np.int32) if self._ids is None else self._ids[ranks]
+        return self._to_ids(self._ranks(text, set()))
 
     def _marked_words(self, piece: str) -> np.ndarray:
         """A piece with the added tokens matched after normalization, in one tiktoken call (see _MARKER)."""
@@ -354,6 +354,8 @@ class TiktokenEncoder:
             return self._words(piece)
         ranks = self._ranks(self._normalized_re.sub(_MARKER, piece), self._marker_allowed)
         ids = self._to_ids(ranks)
+        if self._ids is None:
+            ids = ids.copy()  # a view of tiktoken's read-only buffer
         ids[ranks == self._marker] = tokens
         return ids
 
