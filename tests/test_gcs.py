@@ -185,7 +185,8 @@ def _args(input_dir, output_dir, encoder_file, params) -> list[str]:
             "--tokenizer_type", "NeoXTokenizer", "--encoder_file", encoder_file]
 
 
-@pytest.mark.parametrize("runner", [RUNNER, MULTI_PROCESSING + ["--direct_num_workers", "2"]],
+@pytest.mark.parametrize("runner", [RUNNER, pytest.param(MULTI_PROCESSING + ["--direct_num_workers", "2"],
+                                                      marks=pytest.mark.worker_processes)],
                          ids=["FnApiRunner", "multi_processing"])
 def test_lmdata_gs_to_gs_equals_local_run(gcs, tmp_path, runner):
     """Corpus, tokenizer and YAML on gs://, output to gs://: every file read back equals the local run's.

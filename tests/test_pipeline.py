@@ -8,6 +8,7 @@ import os
 
 import h5py
 import numpy as np
+import pytest
 
 from tests.helpers import MULTI_PROCESSING, assert_stats_recount, REFERENCE, ROOT, RUNNER, SHARED, h5_files, read_rows, require_shared, run_job
 
@@ -141,6 +142,7 @@ def _fim_args(out, seed="0") -> list[str]:
             "--fim_prefix_tok", "<fim_prefix>", "--fim_middle_tok", "<fim_middle>", "--fim_suffix_tok", "<fim_suffix>"]
 
 
+@pytest.mark.worker_processes
 def test_output_is_byte_identical_across_runner_settings(tmp_path):
     """LMData (with short_seq_prob draws) and FIM on three runner settings: same bytes, same statistics."""
     require_shared(REFERENCE)

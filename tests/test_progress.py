@@ -110,7 +110,8 @@ def test_the_bar_reaches_the_input_size_once_and_never_passes_it(tmp_path, monke
     assert f"sequences {post['n_examples']:,}" in drawn.rsplit("tokenizing", 1)[1]
 
 
-@pytest.mark.parametrize("why", ["not_a_terminal", "display_pbar_false", "multi_processing"])
+@pytest.mark.parametrize("why", ["not_a_terminal", "display_pbar_false",
+                                 pytest.param("multi_processing", marks=pytest.mark.worker_processes)])
 def test_no_bar_where_it_does_not_belong(tmp_path, monkeypatch, recorded, why):
     values, bars = recorded
     _inputs(tmp_path / "in")

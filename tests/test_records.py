@@ -1,4 +1,4 @@
-"""The value types of transforms.core.records: what a dead-letter line holds, sizes of blocks."""
+"""The value types of transforms.core.records: what a dead-letter line holds, sizes of blocks, spans."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 from transforms.core import records as R
-from transforms.core.records import BadRecord, GroupId, RowBlock
+from transforms.core.records import BYTES, BadRecord, GroupId, InputFile, RowBlock, WorkUnit
 
 
 def test_a_bad_record_as_a_dead_letter_line():
@@ -45,3 +45,12 @@ def test_group_identity():
 def test_a_row_block_has_as_many_rows_as_its_array():
     rows = np.zeros((5, 3, 16), np.int32)
     assert len(RowBlock(GroupId(0, 0, "a.jsonl", "a.jsonl"), rows)) == 5
+
+
+def test_the_spans_of_a_unit_and_of_its_groups():
+    # A 1,000-byte .jsonl in groups of 300 bytes: [0, 300), [300, 600), [600, 900), [900, 1000).
+    unit = WorkUnit(InputFile(0, "a.jsonl", "a.jsonl", 1000), BYTES, first_group=1, end_group=4, num_groups=4,
+                    group_size=300, total=1000)
+    assert [unit.group_span(k) for k in range(4)] == [(0, 300), (300, 600), (600, 900), (900, 1000)]
+    assert unit.span == (300, 1000)
+    assert WorkUnit(unit.file, BYTES, 0, 1, 4, 300, 1000).span == (0, 300)

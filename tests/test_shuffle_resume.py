@@ -71,6 +71,7 @@ def test_shuffle_is_a_uniform_permutation_with_exact_file_sizes(corpus, tmp_path
     assert not np.array_equal(read_rows(tmp_path / "b"), shuffled)
 
 
+@pytest.mark.worker_processes
 def test_shuffled_output_is_byte_identical_across_runner_settings(corpus, tmp_path):
     args = ["--max_seq_length", "64", "--files_per_record", "900", "--shuffle", "True", "--shuffle_seed", "5",
             "--short_seq_prob", "0.1"]

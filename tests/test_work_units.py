@@ -190,27 +190,49 @@ def _output_digests(out: Path) -> dict:
             for p in sorted(out.rglob("*")) if p.is_file() and p.name != "data_params.json"}
 
 
-@pytest.mark.parametrize("shuffle", [False, True])
-def test_output_does_not_depend_on_how_the_work_is_split(big_inputs, tmp_path, shuffle):
-    extra = ("--shuffle", "True") if shuffle else ()
-    settings_ = [
-        ("one_group_per_unit_fanned_out", RUNNER, dict(unit_groups=1, fan_out_bytes=0)),
-        ("two_groups_per_unit", RUNNER, dict(unit_groups=2, fan_out_bytes=None)),
-        ("whole_files_two_processes", MULTI_PROCESSING + ["--direct_num_workers", "2"],
-         dict(unit_groups=1000, fan_out_bytes=10 << 20)),
-    ]
-    digests, params = {}, {}
-    for name, runner, changes in settings_:
-        params[name] = _run(big_inputs, tmp_path / name, runner, *extra, **changes)
-        digests[name] = _output_digests(tmp_path / name)
-    first = digests[settings_[0][0]]
+SPLITS = {
+    "one_group_per_unit_fanned_out": (RUNNER, dict(unit_groups=1, fan_out_bytes=0)),
+    "two_groups_per_unit": (RUNNER, dict(unit_groups=2, fan_out_bytes=None)),
+    "whole_files_two_processes": (MULTI_PROCESSING + ["--direct_num_workers", "2"],
+                                  dict(unit_groups=1000, fan_out_bytes=10 << 20)),
+}
+
+
+@pytest.fixture(scope="module")
+def split_run(big_inputs, tmp_path_factory):
+    """(data_params, output digests) of the big inputs read in one of SPLITS, run once per module."""
+    done = {}
+
+    def run_split(name: str, shuffle: bool):
+        if (name, shuffle) not in done:
+            runner, changes = SPLITS[name]
+            out = tmp_path_factory.mktemp(f"{name}_{shuffle}")
+            extra = ("--shuffle", "True") if shuffle else ()
+            done[name, shuffle] = (_run(big_inputs, out, runner, *extra, **changes), _output_digests(out))
+        return done[name, shuffle]
+
+    return run_split
+
+
+def _assert_same_output(split_run, big_inputs, name: str, shuffle: bool) -> None:
+    params, digests = split_run(name, shuffle)
+    first_params, first = split_run("one_group_per_unit_fanned_out", shuffle)
     assert sum(name.endswith(".h5") for name in first) >= 3
     assert any(name.startswith("dead_letter/") for name in first)
-    for name, _, _ in settings_:
-        assert digests[name] == first, name
-        p = params[name]
-        assert p["input"] == params[settings_[0][0]]["input"]
-        assert p["input"]["per_source"][str(big_inputs / "a.jsonl")]["bad"] == 5
+    assert digests == first
+    assert params["input"] == first_params["input"]
+    assert params["input"]["per_source"][str(big_inputs / "a.jsonl")]["bad"] == 5
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_output_does_not_depend_on_how_the_work_is_split(split_run, big_inputs, shuffle):
+    _assert_same_output(split_run, big_inputs, "two_groups_per_unit", shuffle)
+
+
+@pytest.mark.worker_processes
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_output_of_whole_files_in_two_processes_is_the_same(split_run, big_inputs, shuffle):
+    _assert_same_output(split_run, big_inputs, "whole_files_two_processes", shuffle)
 
 
 def test_dead_letter_lines_of_a_split_jsonl_are_file_lines(big_inputs, tmp_path):

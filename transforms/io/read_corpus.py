@@ -179,6 +179,7 @@ class _ReadUnitFn(beam.DoFn):
         self._docs = beam.metrics.Metrics.counter("read", "documents")
         self._bad = beam.metrics.Metrics.counter("read", "bad_records")
         self._bytes = beam.metrics.Metrics.counter("read", "text_bytes")
+        self._fanned_out = beam.metrics.Metrics.counter("read", "groups_fanned_out")
 
     def process(self, unit: WorkUnit):
         f = unit.file
@@ -195,7 +196,10 @@ class _ReadUnitFn(beam.DoFn):
             out.stats.totals[TIME_PREFIX + "read"] += int((time.perf_counter() - started) * 1000)
             progress.count("bad", sum(v for key, v in stats.totals.items() if key.startswith("bad.")))
             docs, stats, size, started = [], Stats(), 0, time.perf_counter()
-            return pvalue.TaggedOutput(_FAN_OUT, out) if unit.fan_out else out
+            if unit.fan_out:
+                self._fanned_out.inc()
+                return pvalue.TaggedOutput(_FAN_OUT, out)
+            return out
 
         k = unit.first_group
         for at, record in _records(unit, self._keys, self._max_record_bytes, position):
@@ -253,8 +257,10 @@ class _ProgressShares:
             lo, hi = u.group_span(k)
             return hi - lo
         if u.kind == ROWS:
-            if not size or not u.total:
+            if not size:
                 return 0
+            if not u.total:  # a file of no rows is one empty group: it holds all the bytes
+                return size
             lo, hi = u.group_span(k)
             return size * hi // u.total - size * lo // u.total
         done = self._position.bytes if size is None else min(self._position.bytes, size)
@@ -268,7 +274,7 @@ class ReadCorpus(beam.PTransform):
     """PCollection[InputFile] -> {DOCS: DocBatch, DEAD_LETTERS: DeadLetterPart}."""
 
     def __init__(self, *, keys: tuple, join_keys: bool, group_bytes: int, max_record_bytes: int = 256 << 20,
-                 unit_groups: int = 1, fan_out_bytes: Optional[int] = None):
+                 unit_groups: int, fan_out_bytes: Optional[int] = None):
         """unit_groups: packing groups per work unit of a .jsonl/.parquet file (who reads what, not the output).
 
         fan_out_bytes: a file read in order and larger than this on storage hands its groups
