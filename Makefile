@@ -47,7 +47,7 @@ read-rates: install
 progress-eta: install
 	$(PY) benchmarks/progress_eta.py
 
-# Mutation testing of the core (not in CI: over an hour on 2 cores for all of it). MUTATION_ARGS="--modules pack --show"
+# Mutation testing of the core (not in CI: about 30 minutes on 2 cores for all of it). MUTATION_ARGS="--modules pack --show"
 mutation: install
 	$(PY) -m pip install --quiet "mutmut>=3.8"
 	$(PY) scripts/mutation.py $(MUTATION_ARGS)

@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 from pathlib import Path
+from typing import Optional
 
 import h5py
 import numpy as np
@@ -134,8 +135,8 @@ def zst(data: bytes) -> bytes:
     return zstandard.ZstdCompressor().compress(data)
 
 
-def make_tar(members: list[tuple[str, bytes]]) -> bytes:
-    """An uncompressed tar holding (name, bytes) members, for building test corpora."""
+def make_tar(members: list[tuple[str, Optional[bytes]]]) -> bytes:
+    """An uncompressed tar of files (name, bytes) and directories (name, None), for building test corpora."""
     import io
     import tarfile
 
@@ -143,8 +144,12 @@ def make_tar(members: list[tuple[str, bytes]]) -> bytes:
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, data in members:
             info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 

@@ -35,7 +35,6 @@ from transforms.core.fim import (
 from transforms.core.records import GroupId, RowBlock
 
 
-
 class Script:
     """FimDraws replaying fixed outcomes: 0/1 for bernoulli, (a, b) for boundaries."""
 

@@ -15,25 +15,42 @@ from apache_beam import pvalue
 from tests.helpers import ROOT, make_tar, run_job, zst
 from transforms.core.records import ROWS, WHOLE, Document, InputFile, WorkUnit
 from transforms.core.timing import TIME_PREFIX
-from transforms.io import progress
-from transforms.io.read_corpus import DEAD_LETTERS, _ReadUnitFn, plan_units
+from transforms.io import progress, read_corpus
+from transforms.io.read_corpus import DEAD_LETTERS, DOCS, ReadCorpus, _ReadUnitFn, plan_units
 from transforms.io.readers import parquet_shape
 
 GPT2 = ROOT / "data" / "tokenizers" / "gpt2"
 KEYS = ("text",)
 
 
-def _read(path, group_bytes: int, unit_groups: int = 1):
-    """(groups, dead-letter parts) the reader makes of a file, over all its units."""
-    fn = _ReadUnitFn(KEYS, True, group_bytes, 1 << 20)
+_LISTED = object()
+
+
+def _fn_outputs(fn, unit):
+    """(groups, dead-letter parts, fanned-out groups) of one unit."""
+    groups, parts, fanned = [], [], []
+    for out in fn.process(unit):
+        if not isinstance(out, pvalue.TaggedOutput):
+            groups.append(out)
+        elif out.tag == DEAD_LETTERS:
+            parts.append(out.value)
+        else:
+            fanned.append(out.value)
+    return groups, parts, fanned
+
+
+def _read(path, group_bytes: int, unit_groups: int = 1, max_record_bytes: int = 1 << 20, size=_LISTED):
+    """(groups, dead-letter parts) the reader makes of a file, over all its units.
+
+    size: the file's size as listed (default: its size on disk; None: unknown).
+    """
+    fn = _ReadUnitFn(KEYS, True, group_bytes, max_record_bytes)
+    f = InputFile(0, str(path), path.name, path.stat().st_size if size is _LISTED else size)
     groups, parts = [], []
-    f = InputFile(0, str(path), path.name, path.stat().st_size)
     for unit in plan_units(f, KEYS, group_bytes, unit_groups):
-        for out in fn.process(unit):
-            if isinstance(out, pvalue.TaggedOutput):
-                (parts if out.tag == DEAD_LETTERS else groups).append(out.value)
-            else:
-                groups.append(out)
+        g, p, fanned = _fn_outputs(fn, unit)
+        groups += g + fanned
+        parts += p
     return groups, parts
 
 
@@ -63,8 +80,6 @@ def test_bad_records_after_the_last_full_group_are_counted(tmp_path):
 
 def test_the_job_refuses_dead_letters_it_did_not_count(tmp_path, monkeypatch):
     """The dataset's statistics are checked against the dead letters written before they are published."""
-    from transforms.io import read_corpus
-
     src = tmp_path / "in"
     src.mkdir()
     (src / "a.jsonl").write_bytes(_line("fine") + b"{bad\n")
@@ -116,19 +131,6 @@ def test_every_record_is_counted_once_whatever_the_units(tmp_path, kind, unit_gr
 # ---------------------------------------------------------------- the rules of one unit, stated by hand
 
 
-def _fn_outputs(fn, unit):
-    """(groups, dead-letter parts, fanned-out groups) of one unit."""
-    groups, parts, fanned = [], [], []
-    for out in fn.process(unit):
-        if not isinstance(out, pvalue.TaggedOutput):
-            groups.append(out)
-        elif out.tag == DEAD_LETTERS:
-            parts.append(out.value)
-        else:
-            fanned.append(out.value)
-    return groups, parts, fanned
-
-
 def _serial(tmp_path, lengths, name="a.jsonl.zst") -> Path:
     path = tmp_path / name
     path.write_bytes(zst(b"".join(_line(chr(97 + i % 26) * n) for i, n in enumerate(lengths))))
@@ -164,13 +166,7 @@ def test_a_record_over_the_limit_is_a_dead_letter_in_every_kind_of_unit(tmp_path
     data = _line("short") + _line("L" * 500) + _line("tail")
     path = tmp_path / ("a.jsonl" if kind == "jsonl_split" else "a.jsonl.zst")
     path.write_bytes(data if kind == "jsonl_split" else zst(data))
-    fn = _ReadUnitFn(KEYS, True, 100, 200)
-    f = InputFile(0, str(path), path.name, path.stat().st_size)
-    groups, parts = [], []
-    for unit in plan_units(f, KEYS, 100, 1):
-        g, p, _ = _fn_outputs(fn, unit)
-        groups += g
-        parts += p
+    groups, parts = _read(path, group_bytes=100, max_record_bytes=200)
     assert [d.text for g in groups for d in g.docs] == ["short", "tail"]
     assert [(r.reason, r.line) for p in parts for r in p.records] == [("too_long", 2)]
 
@@ -178,16 +174,13 @@ def test_a_record_over_the_limit_is_a_dead_letter_in_every_kind_of_unit(tmp_path
 def test_dead_letter_parts_say_how_many_lines_only_for_a_split_jsonl(tmp_path):
     path = tmp_path / "a.jsonl"
     path.write_bytes(_line("x" * 80) + b"{bad\n" + _line("y" * 80) + _line("z" * 80))
-    f = InputFile(0, str(path), path.name, path.stat().st_size)
-    fn = _ReadUnitFn(KEYS, True, 100, 1 << 20)
-    (whole,) = plan_units(f, KEYS, 1 << 20, 1)
-    assert [(p.records[0].line, p.lines, p.relative) for p in _fn_outputs(fn, whole)[1]] == [(2, None, False)]
+    _, whole = _read(path, group_bytes=1 << 20)  # one unit
+    assert [(p.records[0].line, p.lines, p.relative) for p in whole] == [(2, None, False)]
     clean = tmp_path / "clean.jsonl"
     clean.write_bytes(_line("fine"))
-    (unit,) = plan_units(InputFile(1, str(clean), clean.name, clean.stat().st_size), KEYS, 1 << 20, 1)
-    assert _fn_outputs(fn, unit)[1] == []  # nothing to say of a clean file read whole
+    assert _read(clean, group_bytes=1 << 20)[1] == []  # nothing to say of a clean file read whole
     # In windows of 100 bytes every unit reports its lines, bad records or not: the sink numbers lines by them.
-    split = [p for u in plan_units(f, KEYS, 100, 1) for p in _fn_outputs(fn, u)[1]]
+    _, split = _read(path, group_bytes=100)
     assert [(p.first_group, len(p.records), p.lines, p.relative) for p in split] == [
         (0, 1, 3, False), (1, 0, 1, True), (2, 0, 0, True)]  # lines start at bytes 0, 93, 98 | 191 |
 
@@ -228,8 +221,6 @@ def test_a_unit_that_fans_out_hands_every_group_on(tmp_path):
 
 
 def test_a_txt_file_is_one_unit_read_whole_and_its_size_is_not_asked(tmp_path, monkeypatch):
-    from transforms.io import read_corpus
-
     monkeypatch.setattr(read_corpus, "file_size", lambda path: pytest.fail("asked the storage for a size"))
     f = InputFile(0, str(tmp_path / "a.txt"), "a.txt", None)
     assert plan_units(f, KEYS, 10, 1, fan_out_bytes=0) == [WorkUnit(f, WHOLE)]
@@ -258,16 +249,11 @@ def test_a_parquet_file_whose_layout_cannot_be_read_is_one_whole_unit(tmp_path):
 # ---------------------------------------------------------------- progress shares
 
 
-_LISTED = object()
-
-
-def _shares_and_advances(tmp_path, monkeypatch, path, group_bytes, size=_LISTED):
+def _shares_and_advances(monkeypatch, path, group_bytes, size=_LISTED):
     """Each group's share of the file's bytes, and what the reader advanced the bar by beside them."""
     advanced = []
     monkeypatch.setattr(progress, "advance", advanced.append)
-    f = InputFile(0, str(path), path.name, path.stat().st_size if size is _LISTED else size)
-    fn = _ReadUnitFn(KEYS, True, group_bytes, 1 << 20)
-    groups = [g for u in plan_units(f, KEYS, group_bytes, 1) for g in _fn_outputs(fn, u)[0]]
+    groups, _ = _read(path, group_bytes, size=size)
     return [g.progress_bytes for g in groups], advanced
 
 
@@ -276,7 +262,7 @@ def test_a_serial_file_s_shares_follow_the_bytes_read_and_add_up_to_its_size(tmp
     text = os.urandom(400_000).hex()
     path = tmp_path / "a.jsonl.zst"
     path.write_bytes(zst(b"".join(_line(text[i:i + 200_000]) for i in range(0, 800_000, 200_000))))
-    shares, advanced = _shares_and_advances(tmp_path, monkeypatch, path, 200_000)
+    shares, advanced = _shares_and_advances(monkeypatch, path, 200_000)
     assert sum(shares) + sum(advanced) == path.stat().st_size
     assert len(shares) == 4 and shares[0] > 0 and shares[1] > 0
 
@@ -285,7 +271,7 @@ def test_a_file_that_ends_on_a_full_group_advances_what_remains(tmp_path, monkey
     # tarfile stops at the end-of-archive blocks; the reader then drains the padding after the last record.
     path = tmp_path / "a.jsonl.zst.tar"
     path.write_bytes(make_tar([("a.jsonl.zst", zst(_line("x" * 600) + _line("y" * 400)))]) + bytes(1 << 20))
-    shares, advanced = _shares_and_advances(tmp_path, monkeypatch, path, 1000)
+    shares, advanced = _shares_and_advances(monkeypatch, path, 1000)
     assert len(shares) == 1 and advanced and advanced[0] > 0
     assert sum(shares) + sum(advanced) == path.stat().st_size
 
@@ -293,22 +279,20 @@ def test_a_file_that_ends_on_a_full_group_advances_what_remains(tmp_path, monkey
 def test_shares_never_pass_the_listed_size(tmp_path, monkeypatch):
     """A file listed smaller than it is read (it grew, or the reader read a block twice) still adds up."""
     path = _serial(tmp_path, [600, 500, 700, 10])
-    shares, advanced = _shares_and_advances(tmp_path, monkeypatch, path, 1000, size=7)
+    shares, advanced = _shares_and_advances(monkeypatch, path, 1000, size=7)
     assert sum(shares) + sum(advanced) == 7
 
 
 def test_a_file_of_unknown_size_advances_by_the_bytes_read(tmp_path, monkeypatch):
     path = tmp_path / "a.txt"
     path.write_bytes(b"some words " * 100)
-    shares, advanced = _shares_and_advances(tmp_path, monkeypatch, path, 10, size=None)
+    shares, advanced = _shares_and_advances(monkeypatch, path, 10, size=None)
     assert sum(shares) + sum(advanced) == 1100
 
 
 @pytest.mark.parametrize("lengths, shares, advanced", [([600, 600, 5], [200, 800], []), ([600, 600], [200], [800])])
 def test_the_last_group_takes_what_the_reader_left_of_the_file(tmp_path, monkeypatch, lengths, shares, advanced):
     """A reader that stops before the end of its file (it gave up on it): the rest is the last group's."""
-    from transforms.io import read_corpus
-
     def stops_early(path, keys, cap, *, position, **_):
         for i, n in enumerate(lengths):
             position.bytes = 100 * (i + 1)
@@ -336,8 +320,6 @@ def test_read_corpus_in_a_pipeline_reads_as_told_and_counts_for_monitoring(tmp_p
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.testing.util import assert_that, equal_to
 
-    from transforms.io.read_corpus import DOCS, ReadCorpus
-
     def doc(i):
         return json.dumps({"a": chr(97 + i) * 100, "b": chr(65 + i) * 100}).encode() + b"\n"
 
@@ -361,8 +343,6 @@ def test_read_corpus_in_a_pipeline_reads_as_told_and_counts_for_monitoring(tmp_p
 
 def test_each_group_records_the_milliseconds_spent_reading_it(tmp_path, monkeypatch):
     """From when the previous group was handed on (downstream work in between is not reading)."""
-    from transforms.io import read_corpus
-
     class OneSecondPerLook:
         now = 0.0
 

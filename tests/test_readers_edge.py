@@ -12,7 +12,6 @@ import io
 import json
 import random
 import re
-import tarfile
 import tracemalloc
 import zlib
 from pathlib import Path
@@ -616,23 +615,8 @@ def test_a_huge_gzip_line_is_never_decoded_at_once(tmp_path):
 # ---------------------------------------------------------------- .jsonl.zst.tar
 
 
-def _tar(entries: list[tuple[str, bytes | None]]) -> bytes:
-    """A tar of files (name, bytes) and directories (name, None)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in entries:
-            info = tarfile.TarInfo(name)
-            if data is None:
-                info.type = tarfile.DIRTYPE
-                tar.addfile(info)
-            else:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def test_tar_entries_that_are_not_files_are_skipped(tmp_path):
-    blob = _tar([("d", None), ("d/m0.jsonl.zst", zst(GOOD_A)), ("e", None), ("m1.jsonl.zst", zst(GOOD_B))])
+    blob = make_tar([("d", None), ("d/m0.jsonl.zst", zst(GOOD_A)), ("e", None), ("m1.jsonl.zst", zst(GOOD_B))])
     path = write(tmp_path, "a.jsonl.zst.tar", blob)
     assert read(path) == [Document(0, ("alpha",), "d/m0.jsonl.zst"), Document(0, ("beta",), "m1.jsonl.zst")]
 
@@ -670,7 +654,7 @@ def test_tar_damage_records(tmp_path):
 
 
 def test_a_tar_member_named_nothing_is_still_named_in_the_damage(tmp_path):
-    unnamed = _tar([("", zst(GOOD_A))])
+    unnamed = make_tar([("", zst(GOOD_A))])
     for blob, detail in [
         (unnamed[:1024] + b"\xff" * 512 + b"j" * 300,
          "corrupt tar after member '': a header that is not a tar header, then 300 bytes that were not read"),
@@ -684,7 +668,7 @@ def test_a_tar_member_named_nothing_is_still_named_in_the_damage(tmp_path):
 def test_tar_data_after_a_bad_header_that_cannot_be_read(edge):
     # tarfile reads a first header, then 10 KiB records: the bad header ends the first record, and
     # reading the next one fails.
-    blob = _tar([("m0.jsonl.zst", zst(GOOD_A))] + [(f"d{i}", None) for i in range(18)])[:10240]
+    blob = make_tar([("m0.jsonl.zst", zst(GOOD_A))] + [(f"d{i}", None) for i in range(18)])[:10240]
     blob += b"\xff" * 512 + b"j" * 15000
     url = edge("a.jsonl.zst.tar", blob, read=(10752, PermissionError("forbidden")))
     assert read(url) == [
