@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_OUT ?= demo_output
 
-.PHONY: demo test install bench scale-sim split-bench read-rates progress-eta mutation clean
+.PHONY: demo test install bench vsl-pack-bench scale-sim split-bench read-rates progress-eta mutation clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ clean:
 
 bench: install
 	$(PY) benchmarks/bench.py $(BENCH_ARGS)
+	$(PY) benchmarks/vsl_packing.py
+
+# VSL packing time at 1x, 10x and 100x the bench corpus's documents (n log n), and its fill against the bounds.
+vsl-pack-bench: install
+	$(PY) benchmarks/vsl_packing.py
 
 # Scale on one machine: the steps that meet every group, file or source, at the size of a 500 B-token job.
 scale-sim: install

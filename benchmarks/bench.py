@@ -15,7 +15,7 @@ median of the per-round ratios (a configuration against its own round's
 limits): "of limit" against `tokenizers`, "of fast" against tiktoken.
 
     python benchmarks/bench.py [--corpus PATH.jsonl.zst|.jsonl] [--limit-bytes N] [--msl 2048]
-                               [--configs ftfy_off,ftfy_on,shuffle] [--repeat 3]
+                               [--configs ftfy_off,ftfy_on,shuffle,vsl] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ CONFIGS = {
     "shuffle": ["--shuffle", "True"],
     "multi_processing_2": ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"],
     "tokenizers_backend": ["--tokenizer_backend", "tokenizers"],  # ftfy_off encoded by tokenizers, for A/B
+    "vsl": ["LMData_VSL"],  # ftfy_off's settings, documents packed whole into 5-feature rows
 }
+MODES = ("LMData", "LMData_VSL")  # a configuration may start with the mode it runs (default LMData)
 
 
 def prepare(corpus: Path, limit_bytes: int, work: Path) -> Path:
@@ -101,9 +103,11 @@ sys.exit(code)
 
 def run_config(name: str, input_dir: Path, work: Path, msl: int) -> dict:
     out = work / f"out_{name}"
-    args = ["LMData", "--input_dir", str(input_dir), "--output_dir", str(out), "--tokenizer_type", "GPT2Tokenizer",
+    extra = CONFIGS[name]
+    mode, extra = (extra[0], extra[1:]) if extra and extra[0] in MODES else ("LMData", extra)
+    args = [mode, "--input_dir", str(input_dir), "--output_dir", str(out), "--tokenizer_type", "GPT2Tokenizer",
             "--vocab_file", str(GPT2 / "vocab.bpe"), "--encoder_file", str(GPT2 / "encoder.json"),
-            "--max_seq_length", str(msl), "--display_pbar", "False", *CONFIGS[name]]
+            "--max_seq_length", str(msl), "--display_pbar", "False", *extra]
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", MEASURE, *args], cwd=ROOT, capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -121,7 +125,7 @@ def main() -> int:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--limit-bytes", type=int, default=0, help="use only the first N bytes of lines (0: all)")
     parser.add_argument("--msl", type=int, default=2048)
-    parser.add_argument("--configs", default="ftfy_off,ftfy_on,shuffle")
+    parser.add_argument("--configs", default="ftfy_off,ftfy_on,shuffle,vsl")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of limit + configurations (medians shown)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
@@ -167,6 +171,17 @@ def main() -> int:
             last = runs[name][-1]
             line(name, seconds, last["params"]["post-process"]["loss_valid_tokens"],
                  max(r["peak_rss_mb"] for r in runs[name]), last["params"].get("run", {}).get("stage_seconds", {}))
+        if "ftfy_off" in runs:
+            # A mode against LMData on the same input in the same round: the throughput it keeps.
+            base = [r["seconds"] for r in runs["ftfy_off"]]
+            for name in names:
+                if CONFIGS[name][:1] and CONFIGS[name][0] in MODES:
+                    ratios = [b / r["seconds"] for b, r in zip(base, runs[name])]
+                    last = runs[name][-1]["params"]["post-process"]
+                    print(f"\n{name}: {statistics.median(ratios):.1%} of ftfy_off's throughput (LMData, same input, "
+                          f"same round; per round {' '.join(f'{x:.1%}' for x in ratios)}); "
+                          f"{last['n_examples']} rows against {runs['ftfy_off'][-1]['params']['post-process']['n_examples']}"
+                          + (f", vsl_packing_factor {last['vsl_packing_factor']}" if "vsl_packing_factor" in last else ""))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

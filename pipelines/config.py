@@ -17,16 +17,21 @@ from typing import Any, Optional
 
 import yaml
 
-__all__ = ["Config", "ConfigError", "MODES", "build_parser", "load_config", "SETTINGS"]
+__all__ = ["Config", "ConfigError", "MODES", "VSL_MODES", "SUMMARIZATION_MODES", "build_parser", "load_config", "SETTINGS"]
 
 LMDATA, SUMMARIZATION, FIM = "LMData", "Summarization", "FIM"
-MODES = (LMDATA, SUMMARIZATION, FIM)
+LMDATA_VSL, SUMMARIZATION_VSL = "LMData_VSL", "Summarization_VSL"
+MODES = (LMDATA, SUMMARIZATION, FIM, LMDATA_VSL, SUMMARIZATION_VSL)
+VSL_MODES = (LMDATA_VSL, SUMMARIZATION_VSL)
+SUMMARIZATION_MODES = (SUMMARIZATION, SUMMARIZATION_VSL)  # one prompt/completion record per row segment
 TOKENIZER_TYPES = ("GPT2Tokenizer", "NeoXTokenizer", "HuggingFaceTokenizer")
 TOKENIZER_BACKENDS = ("auto", "tokenizers", "tiktoken")  # transforms.core.tokenizer.BACKENDS
 PROCESSOR_NAMES = {
     LMDATA: "LMDataPreprocessor",
     SUMMARIZATION: "SummarizationPreprocessor",
     FIM: "FIMDataPreprocessor",
+    LMDATA_VSL: "VSLLMDataPreprocessor",
+    SUMMARIZATION_VSL: "VSLSummarizationPreprocessor",
 }
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
@@ -50,7 +55,7 @@ def _s(name, section, type_, default, help_="", modes=MODES, cli=True):
     return Setting(name, section, type_, default, tuple(modes), cli, help_)
 
 
-_LM_FIM = (LMDATA, FIM)
+_LM_FIM = (LMDATA, FIM, LMDATA_VSL)  # modes that read one text per record
 
 # Every setting of SPEC §1g, with COMPAT.md's documented defaults, plus ours.
 SETTINGS: tuple[Setting, ...] = (
@@ -117,10 +122,15 @@ SETTINGS: tuple[Setting, ...] = (
     _s("input_mask_dtype", "dataset", "dtype", "int32", "the mask must fit this dtype", cli=False),
     _s("keys", "dataset", "keys", None, "comma-separated record keys", cli=False),
     _s("jsonl_key", "dataset", "str", None, "record key holding the text (default text)", modes=_LM_FIM),
-    _s("prompt_key", "dataset", "str", None, "record key of the prompt", modes=(SUMMARIZATION,)),
-    _s("completion_key", "dataset", "str", None, "record key of the completion", modes=(SUMMARIZATION,)),
+    _s("prompt_key", "dataset", "str", None, "record key of the prompt", modes=SUMMARIZATION_MODES),
+    _s("completion_key", "dataset", "str", None, "record key of the completion", modes=SUMMARIZATION_MODES),
     _s("sep_token", "dataset", "str", None, "token placed between prompt and completion",
-       modes=(SUMMARIZATION,)),
+       modes=SUMMARIZATION_MODES),
+    _s("fold_long_doc", "dataset", "bool", True,
+       "cut a document longer than max_seq_length + 1 tokens into windows of max_seq_length + 1 tokens with "
+       "stride max_seq_length (False: drop it)", modes=(LMDATA_VSL,)),
+    _s("position_ids_dtype", "dataset", "dtype", "int32",
+       "position ids and attention spans must fit this dtype; files are always int32", modes=VSL_MODES),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 # Keys the reference's YAML files may carry that mean nothing to a Beam job.
@@ -152,7 +162,7 @@ class Config:
     @property
     def keys_tuple(self) -> tuple[str, ...]:
         """Record keys to read, in the order the mode consumes them."""
-        if self.mode == SUMMARIZATION:
+        if self.mode in SUMMARIZATION_MODES:
             return (self.prompt_key, self.completion_key)
         if self.keys:
             return tuple(self.keys)
@@ -382,10 +392,16 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
         _require(v[name] is None or v[name] >= 0, f"{name}: must be >= 0")
     if v["keys"] and v.get("jsonl_key"):
         _require(False, "jsonl_key and dataset.keys are both set: choose one")
-    if mode == SUMMARIZATION:
-        _require(bool(v["prompt_key"]), "--prompt_key is required for Summarization")
-        _require(bool(v["completion_key"]), "--completion_key is required for Summarization")
-        _require(not v["keys"], "dataset.keys does not apply to Summarization: use prompt_key/completion_key")
+    if mode in SUMMARIZATION_MODES:
+        _require(bool(v["prompt_key"]), f"--prompt_key is required for {mode}")
+        _require(bool(v["completion_key"]), f"--completion_key is required for {mode}")
+        _require(not v["keys"], f"dataset.keys does not apply to {mode}: use prompt_key/completion_key")
+    if mode in VSL_MODES:
+        import numpy as np
+
+        top = np.iinfo(np.dtype(v["position_ids_dtype"])).max
+        _require(top >= msl - 1, f"position_ids_dtype: {v['position_ids_dtype']} cannot hold position ids up to "
+                 f"{msl - 1} (max_seq_length {msl}); use a wider dtype")
     if mode == FIM:
         for name in ("fim_prefix_tok", "fim_middle_tok", "fim_suffix_tok"):
             _require(bool(v[name]), f"--{name} is required for FIM")

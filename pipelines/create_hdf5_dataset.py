@@ -24,13 +24,16 @@ import apache_beam as beam
 import fsspec
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines.config import FIM, LMDATA, SUMMARIZATION, TOOLS, Config, ConfigError, load_config
+from pipelines.config import (FIM, LMDATA, SUMMARIZATION, SUMMARIZATION_MODES, SUMMARIZATION_VSL, TOOLS, VSL_MODES,
+                              Config, ConfigError, load_config)
+from transforms.core.features import LM_FEATURES, VSL_FEATURES
 from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
 from transforms.core.records import InputFile
 from transforms.core.summarization import SummarizationConfig
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
+from transforms.core.vsl import VslConfig
 from transforms.io import fs, progress
 from transforms.io.discover import discover_input_files
 from transforms.io.hdf5_format import GZIP_LEVEL
@@ -46,6 +49,7 @@ from transforms.stages.normalize import NormalizeDocuments
 from transforms.stages.pack import PackSequences
 from transforms.stages.summarize import BuildSummarizationRows
 from transforms.stages.tokenize import TokenizeDocuments
+from transforms.stages.vsl import PackDocumentsVsl
 
 __all__ = ["main", "build", "plan_job", "runner_plan", "JobPlan", "UserError"]
 
@@ -72,6 +76,7 @@ class JobPlan:
     pack: PackConfig
     summarization: Optional[SummarizationConfig]
     fim: Optional[FimConfig]
+    vsl: Optional[VslConfig]
     seed: int
     output_dir: str
     output_name: str
@@ -90,6 +95,10 @@ class JobPlan:
     fan_out_bytes: Optional[int] = None  # files read in order and larger than this hand their groups on; None: never
     process_cpus: Optional[int] = None  # cores one worker process may use; None: all of this machine's
 
+    @property
+    def features(self) -> tuple:
+        """The names of a row's features, in order: data_params.json's `features`."""
+        return VSL_FEATURES if self.mode in VSL_MODES else LM_FEATURES
 
     @property
     def row_format(self) -> RowFormat:
@@ -241,7 +250,8 @@ def plan_job(config: Config) -> JobPlan:
         tok_files = read_tokenizer_files(
             config.tokenizer_type, vocab_file=config.vocab_file, encoder_file=config.encoder_file,
             huggingface_tokenizer=config.huggingface_tokenizer, eos_id=config.eos_id, pad_id=config.pad_id,
-            sep_token=config.sep_token if config.mode == SUMMARIZATION else None, backend=config.tokenizer_backend)
+            sep_token=config.sep_token if config.mode in SUMMARIZATION_MODES else None,
+            backend=config.tokenizer_backend)
         tokenizer = shared_tokenizer(tok_files)
     except (FileNotFoundError, ValueError, OSError) as e:
         raise UserError(f"tokenizer: {e}") from None
@@ -264,12 +274,19 @@ def plan_job(config: Config) -> JobPlan:
                            "sep_id": tokenizer.sep_id, "encoder": tokenizer.encoder_name,
                            **({"encoder_note": tokenizer.encoder_note} if tokenizer.encoder_note else {})},
              "config_fingerprint": config.fingerprint()}
+    vsl = None
+    if config.mode in VSL_MODES:
+        vsl = VslConfig(
+            max_seq_length=config.max_seq_length, pad_id=tokenizer.pad_id, min_sequence_len=config.min_sequence_len,
+            short_seq_prob=config.short_seq_prob, fold_long_doc=bool(getattr(config, "fold_long_doc", True)),
+            pack_sequences=config.pack_sequences, inverted_mask=config.inverted_mask, eos_id=tokenizer.eos_id,
+            sep_id=tokenizer.sep_id if config.mode == SUMMARIZATION_VSL else None)
     return JobPlan(
         mode=config.mode,
         files=files,
         input_manifest=input_manifest,
         keys=config.keys_tuple,
-        join_keys=config.mode != SUMMARIZATION,
+        join_keys=config.mode not in SUMMARIZATION_MODES,
         group_bytes=config.packing_group_mb << 20,
         max_record_bytes=config.max_record_mb << 20,
         normalize=NormalizeConfig(config.use_ftfy, config.ftfy_normalizer, config.wikitext_detokenize),
@@ -286,6 +303,7 @@ def plan_job(config: Config) -> JobPlan:
             sep_id=tokenizer.sep_id, min_sequence_len=config.min_sequence_len,
             inverted_mask=config.inverted_mask) if config.mode == SUMMARIZATION else None,
         fim=fim,
+        vsl=vsl,
         seed=config.seed,
         output_dir=config.output_dir,
         output_name=config.output_name,
@@ -331,13 +349,18 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         | "NormalizeDocuments" >> NormalizeDocuments(plan.normalize)
         | "TokenizeDocuments" >> TokenizeDocuments(
             plan.tokenizer_files, split_len=plan.split_len, remove_bos_in_chunks=plan.remove_bos_in_chunks,
-            append_eos=plan.mode != SUMMARIZATION, drop_bos=plan.mode == FIM, process_cpus=plan.process_cpus)
+            append_eos=plan.mode not in SUMMARIZATION_MODES, drop_bos=plan.mode == FIM,
+            process_cpus=plan.process_cpus)
     )
     if plan.mode == LMDATA:
         # Windows over the token stream: full [n, 3, msl] rows are only built, a batch at a time, to encode them.
         rows = tokens | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed, windows_only=True)
     elif plan.mode == SUMMARIZATION:
         rows = tokens | "BuildSummarizationRows" >> BuildSummarizationRows(plan.summarization)
+    elif plan.mode in VSL_MODES:
+        # Segments and where they go; the [n, 5, msl] rows are only built, a batch at a time, to encode them.
+        rows = tokens | "PackDocumentsVsl" >> PackDocumentsVsl(plan.vsl, seed=plan.seed,
+                                                              summarization=plan.mode == SUMMARIZATION_VSL)
     else:
         rows = (tokens
                 | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
@@ -353,10 +376,12 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
     shards = blocks | "WriteHdf5Shards" >> WriteHdf5Shards(
         output_dir=plan.output_dir, output_name=plan.output_name, files_per_record=plan.files_per_record,
         num_output_files=plan.num_output_files, shuffle_seed=plan.shuffle_seed,
-        max_seq_length=plan.row_format.max_seq_length, gzip_level=plan.gzip_level, keep_existing=plan.resume)
+        max_seq_length=plan.row_format.max_seq_length, features=len(plan.features), gzip_level=plan.gzip_level,
+        keep_existing=plan.resume)
     return shards | "WriteDatasetParams" >> WriteDatasetParams(
         output_dir=plan.output_dir, sections=plan.sections, eos_id=plan.eos_id, pad_id=plan.pad_id,
-        vocab_size=plan.vocab_size, stats=stats, dead_letters=dead_letters, extra=plan.extra)
+        vocab_size=plan.vocab_size, features=plan.features, stats=stats, dead_letters=dead_letters,
+        extra=plan.extra)
 
 
 def _beam_options(beam_args: list[str]) -> PipelineOptions:

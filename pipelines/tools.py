@@ -26,6 +26,8 @@ import fsspec
 import numpy as np
 
 from transforms.core import verify as V
+from transforms.core.features import (ATTENTION_MASK, ATTENTION_SPAN, INPUT_IDS, LABELS, POSITION_IDS,
+                                      VSL_FEATURES)
 from transforms.io import fs
 from transforms.io.dataset import (PARAMS_FILE, file_layout, iter_row_blocks, list_h5_files, open_dataset_params,
                                    open_dataset_tokenizer, open_h5)
@@ -158,11 +160,11 @@ def verify_dataset(out_dir: str, *, vocab_size: Optional[int] = None, max_seq_le
         try:
             with open_h5(path) as f:
                 layout = file_layout(f, name)
-                problems, file_notes = V.check_layout(layout, layout_msl)
+                problems, file_notes = V.check_layout(layout, layout_msl, spec.feature_names)
                 res.problems += [f"{name}: {p}" for p in problems]
                 res.notes += [f"{name}: {n}" for n in file_notes]
                 shape = tuple(layout.shape or ())
-                if "data" not in layout.datasets or len(shape) != 3 or shape[1] != 3:
+                if "data" not in layout.datasets or len(shape) != 3 or shape[1] != spec.num_features:
                     continue
                 file_rows[name] = shape[0]
                 msls.append(shape[2])
@@ -172,7 +174,7 @@ def verify_dataset(out_dir: str, *, vocab_size: Optional[int] = None, max_seq_le
                     checker.add(block, start)
                     counts.update(V.count_rows(block, spec))
                     if want_detok:
-                        detok.update(V.text_counts(tok.decode_batch(V.real_inputs(block, spec))))
+                        detok.update(V.text_counts(tok.decode_batch(V.detokenized_inputs(block, spec))))
                 res.problems += [f"{name}: {p}" for p in checker.problems()]
                 res.notes += [f"{name}: {n}" for n in checker.notes()]
         except OSError as e:
@@ -228,22 +230,22 @@ def special_names(params: Optional[dict], tok) -> dict[int, str]:
     return names
 
 
-def render_row(row: np.ndarray, spec: V.DatasetSpec, decode: Callable[[list[int]], str],
-               specials: dict[int, str], *, color: bool = False) -> str:
-    """One row's real tokens as text, seen as targets: a token the model is not trained to predict
-    (its position's mask excludes it, or it is the row's first token) is [bracketed] (dimmed with
-    color); specials are ⟨NAME⟩, each EOS ends a line, trailing padding is summarized.
+def _is_vsl_row(row: np.ndarray, spec: V.DatasetSpec) -> bool:
+    """Whether a [F, msl] row holds VSL documents: 5 features, named as VSL's (or not named at all)."""
+    return row.shape[0] == len(VSL_FEATURES) and (spec.features is None or spec.feature_names == VSL_FEATURES)
 
-    The tokens are the real inputs, plus for LMData the last real label (the stream's next token).
-    """
-    msl = row.shape[1]
-    real = int(V.real_lengths(row[None], spec)[0])
-    loss = row[1] == spec.loss_value
-    tokens = row[0, :real].tolist()
-    if spec.mode == V.LMDATA and real:
-        tokens.append(int(row[2, real - 1]))
-    # tokens[k] (k >= 1) is the label of position k - 1.
-    trained = [False] + [bool(loss[k - 1]) for k in range(1, len(tokens))]
+
+def _documents(row: np.ndarray, real: int) -> list[tuple[int, int]]:
+    """A VSL row's documents as [start, end) position ranges of its real part: one starts at each
+    position_ids 0 (and at position 0 whatever it holds)."""
+    starts = [0] + [int(i) for i in np.flatnonzero(row[POSITION_IDS, 1:real] == 0) + 1] if real else []
+    return list(zip(starts, starts[1:] + [real]))
+
+
+def _render_tokens(tokens: list[int], trained: list[bool], decode: Callable[[list[int]], str],
+                   specials: dict[int, str], color: bool) -> str:
+    """Tokens as text: runs of untrained ones [bracketed] (dimmed with color), specials ⟨NAME⟩, a line
+    break after each EOS."""
 
     def span(ids: list[int]) -> str:
         out, run = [], []
@@ -273,7 +275,43 @@ def render_row(row: np.ndarray, spec: V.DatasetSpec, decode: Callable[[list[int]
             text = (f"{_DIM}{body}{_UNDIM}" if color else f"[{body}]") + text[len(body):]
         parts.append(text)
         i = j
-    out = "".join(parts)
+    return "".join(parts)
+
+
+def _document_header(k: int, count: int, start: int, end: int, trained: int) -> str:
+    return f"── document {k}/{count} · positions {start}–{end - 1} · {end - start} positions, {trained} trained"
+
+
+def render_row(row: np.ndarray, spec: V.DatasetSpec, decode: Callable[[list[int]], str],
+               specials: dict[int, str], *, color: bool = False) -> str:
+    """One row's real tokens as text, seen as targets: a token the model is not trained to predict
+    (its position's mask excludes it, or it is the row's first token) is [bracketed] (dimmed with
+    color); specials are ⟨NAME⟩, each EOS ends a line, trailing padding is summarized.
+
+    The tokens are the real inputs, plus for LMData the last real label (the stream's next token).
+    A VSL row is shown document by document, each under a `── document k/m` line: its inputs plus
+    its last label (the document's last token, never an input), its first token bracketed.
+    """
+    msl = row.shape[1]
+    real = int(V.real_lengths(row[None], spec)[0])
+    loss = row[ATTENTION_MASK] == spec.loss_value
+    if _is_vsl_row(row, spec):
+        docs = _documents(row, real)
+        lines = []
+        for k, (s, e) in enumerate(docs, 1):
+            tokens = row[INPUT_IDS, s:e].tolist() + [int(row[LABELS, e - 1])]
+            trained = [False] + loss[s:e].tolist()
+            lines.append(_document_header(k, len(docs), s, e, int(loss[s:e].sum())))
+            lines.append(_render_tokens(tokens, trained, decode, specials, color).rstrip("\n"))
+        if real < msl:
+            lines.append(f"… {msl - real} pad")
+        return "\n".join(lines)
+    tokens = row[INPUT_IDS, :real].tolist()
+    if spec.mode == V.LMDATA and real:
+        tokens.append(int(row[LABELS, real - 1]))
+    # tokens[k] (k >= 1) is the label of position k - 1.
+    trained = [False] + [bool(loss[k - 1]) for k in range(1, len(tokens))]
+    out = _render_tokens(tokens, trained, decode, specials, color)
     if real < msl:
         out += ("" if out.endswith("\n") else "\n") + f"… {msl - real} pad"
     return out
@@ -316,24 +354,41 @@ def inspect_row(out_dir: str, *, file: Optional[str] = None, row: int = 0, color
         decode = lambda t: " ".join(map(str, t)) + " "  # noqa: E731
     msl = r.shape[1]
     real = int(V.real_lengths(r[None], spec)[0])
-    trained = int((r[1] == spec.loss_value).sum())
-    docs = int(V.documents_per_row(r[None], dataclasses.replace(spec, eos_id=tok.eos_id if tok else spec.eos_id))[0])
+    trained = int((r[ATTENTION_MASK] == spec.loss_value).sum())
+    vsl = _is_vsl_row(r, spec)
+    if vsl:
+        docs = _documents(r, real)
+        what = f"{len(docs)} document{'' if len(docs) == 1 else 's'}"
+    else:
+        eos_spec = dataclasses.replace(spec, eos_id=tok.eos_id if tok else spec.eos_id)
+        what = f"{int(V.documents_per_row(r[None], eos_spec)[0])} EOS"
     mode = spec.mode or "unknown mode"
     lines = [
         f"{_basename(path)} row {row} of {n} · {mode}{' (reference output)' if spec.producer == V.REFERENCE else ''}"
-        f" · {msl} positions: {real} real, {trained} trained, {msl - real} pad, {docs} EOS",
+        f" · {msl} positions: {real} real, {trained} trained, {msl - real} pad, {what}",
         "legend: " + ("dimmed" if color else "[…]") + " = tokens the model is not trained to predict; "
-        + " ".join(f"⟨{s}⟩" for s in dict.fromkeys(specials.values())) + " = special tokens",
+        + " ".join(f"⟨{s}⟩" for s in dict.fromkeys(specials.values())) + " = special tokens"
+        + ("; ── document k/m = a document starts (position_ids 0)" if vsl else ""),
     ]
     if tok is None:
         lines.append(f"(ids shown, {how})")
     lines.append("─" * 60)
     if ids:
-        lines.append(f"{'pos':>5} {'input':>7} {'token':<24} {'mask':>4} {'label':>7} token")
         shown = lambda t: specials.get(t) and f"⟨{specials[t]}⟩" or repr(decode([t]))  # noqa: E731
+        if vsl:
+            lines.append(f"{'pos':>5} {'input':>7} {'token':<24} {'mask':>4} {'span':>5} {'pos_id':>6} "
+                         f"{'label':>7} token")
+            first = {s: (k, s, e) for k, (s, e) in enumerate(docs, 1)}
+        else:
+            lines.append(f"{'pos':>5} {'input':>7} {'token':<24} {'mask':>4} {'label':>7} token")
         for p in range(real):
-            lines.append(f"{p:>5} {r[0, p]:>7} {shown(int(r[0, p])):<24} {r[1, p]:>4} {r[2, p]:>7} "
-                         f"{shown(int(r[2, p]))}")
+            if vsl and p in first:
+                k, s, e = first[p]
+                lines.append(_document_header(k, len(docs), s, e, int((r[ATTENTION_MASK, s:e] == spec.loss_value)
+                                                                      .sum())))
+            extra = f"{r[ATTENTION_SPAN, p]:>5} {r[POSITION_IDS, p]:>6} " if vsl else ""
+            lines.append(f"{p:>5} {r[INPUT_IDS, p]:>7} {shown(int(r[INPUT_IDS, p])):<24} {r[ATTENTION_MASK, p]:>4} "
+                         f"{extra}{r[LABELS, p]:>7} {shown(int(r[LABELS, p]))}")
         if real < msl:
             lines.append(f"… {msl - real} pad")
     else:
@@ -424,9 +479,12 @@ def _figures(data: ReportData) -> list[tuple[str, str, str]]:
              hist(data.real, "real tokens", int_bins(data.real))),
         plot("Padding fraction per sequence", f"{stats(pad_frac, '{:.3f}')}.",
              hist(pad_frac, "pad tokens / max_seq_length", np.linspace(0, 1, 41), "#a5673b")),
-        plot("Documents per sequence", "EOS tokens among each row's real inputs (a document continuing into the "
-             f"next row counts where it ends). {stats(data.docs, '{:.2f}')}.",
-             hist(data.docs, "EOS tokens", int_bins(data.docs), "#4f9a5a")),
+        plot("Documents per sequence", (
+            "Documents packed into each row (a document starts at each position_ids 0 of the real part). "
+            if data.spec.vsl else
+            "EOS tokens among each row's real inputs (a document continuing into the next row counts where it ends). ")
+            + f"{stats(data.docs, '{:.2f}')}.",
+            hist(data.docs, "documents" if data.spec.vsl else "EOS tokens", int_bins(data.docs), "#4f9a5a")),
         plot("Loss-valid tokens per sequence", f"Positions whose label is trained. {stats(data.trained)}.",
              hist(data.trained, "loss-valid tokens", int_bins(data.trained), "#7a4fa0")),
     ]
@@ -512,7 +570,8 @@ def _key_numbers(data: ReportData) -> list[tuple[str, list]]:
     for key in ("tokenizer_type", "huggingface_tokenizer", "encoder_file", "vocab_file", "max_seq_length", "seed"):
         if proc.get(key) is not None:
             config.append((key, proc[key]))
-    for key in ("pack_sequences", "inverted_mask", "use_ftfy", "min_sequence_len"):
+    for key in ("pack_sequences", "inverted_mask", "use_ftfy", "min_sequence_len", "fold_long_doc",
+                "position_ids_dtype"):
         if key in ds:
             config.append((key, ds[key]))
     sections = [("Configuration", config)]
@@ -527,7 +586,13 @@ def _key_numbers(data: ReportData) -> list[tuple[str, list]]:
     real = data.real
     recount = [("files", len(data.file_rows)), ("sequences", int(len(real))),
                ("real tokens", int(real.sum())), ("loss-valid tokens", int(data.trained.sum())),
-               ("pad tokens", int(len(real) * data.msl - real.sum())), ("EOS tokens (documents)", int(data.docs.sum()))]
+               ("pad tokens", int(len(real) * data.msl - real.sum()))]
+    if data.spec.vsl:
+        docs = int(data.docs.sum())
+        recount += [("documents (packed segments)", docs),
+                    ("documents per sequence", f"{docs / len(real):.4f}" if len(real) else "—")]
+    else:
+        recount.append(("EOS tokens (documents)", int(data.docs.sum())))
     sections.append(("Recounted from the files", recount))
     return sections
 

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 REFERENCE = SHARED / "reference"
 GOLDEN = REFERENCE / "golden"
+GOLDEN_VSL = REFERENCE / "golden-vsl"  # the per-document script's VSL outputs (5 features)
 RUNNER = ["--runner", "FnApiRunner"]  # pinned: Prism would try to download a binary
 
 
@@ -55,27 +56,27 @@ def reference_order(files: list[str]) -> list[str]:
     return sorted(files, key=lambda p: int(Path(p).stem.rsplit("_", 1)[1]))
 
 
-def golden_command(case: str) -> list[str]:
-    """The reference command of a golden case, minus the script name and its environment."""
-    text = (GOLDEN / case / "command.txt").read_text().strip()
+def golden_command(case: str, root: Path = GOLDEN) -> list[str]:
+    """The reference command of a golden case (under `root`), minus the script name and its environment."""
+    text = (root / case / "command.txt").read_text().strip()
     words = [w for w in shlex.split(text) if "=" not in w or w.startswith("--")]
     assert words[0].endswith("create_hdf5_dataset.py")
     words = words[1:]
     if "--params" in words:
         i = words.index("--params")
-        words[i + 1] = str(GOLDEN / case / words[i + 1])
+        words[i + 1] = str(root / case / words[i + 1])
     return words
 
 
-def assert_dataloader_rules(path: str) -> int:
-    """The Cerebras HDF5 dataloader's requirements; returns the number of rows."""
+def assert_dataloader_rules(path: str, features: int = 3) -> int:
+    """The Cerebras HDF5 dataloader's requirements (rows of `features` x msl); returns the number of rows."""
     assert path.endswith(".h5")
     with h5py.File(path, "r") as f:
         assert list(f.keys()) == ["data"], f"{path}: datasets {list(f.keys())}"
         d = f["data"]
         assert d.dtype == np.int32, f"{path}: dtype {d.dtype}"
-        assert d.ndim == 3 and d.shape[1] == 3, f"{path}: shape {d.shape}"
-        assert d.chunks == (1, 3, d.shape[2]), f"{path}: chunks {d.chunks}"
+        assert d.ndim == 3 and d.shape[1] == features, f"{path}: shape {d.shape}"
+        assert d.chunks == (1, features, d.shape[2]), f"{path}: chunks {d.chunks}"
         assert d.compression == "gzip", f"{path}: compression {d.compression}"
         assert int(f.attrs["n_examples"]) == d.shape[0], f"{path}: n_examples"
         return d.shape[0]
@@ -87,7 +88,7 @@ def recount(out_dir, *, inverted: bool, trailing_eos_input: bool, tokenizer) -> 
     The real (non-pad) inputs of a row end after its last trained position;
     Summarization and FIM rows also hold the final EOS as an untrained input.
     """
-    n = tokens = loss = non_pad = chars = nbytes = 0
+    n = tokens = loss = non_pad = chars = nbytes = segments = 0
     for path in h5_files(out_dir):
         with h5py.File(path, "r") as f:
             rows = f["data"][()]
@@ -100,10 +101,13 @@ def recount(out_dir, *, inverted: bool, trailing_eos_input: bool, tokenizer) -> 
             if trailing_eos_input:
                 last = min(last + 1, rows.shape[2])
             non_pad += last
+            if len(r) == 5:  # VSL: a document starts at each position id 0 of the real part
+                segments += int((r[4, :last] == 0).sum())
             text = tokenizer.decode(r[0, :last].tolist())
             chars += len(text)
             nbytes += len(text.encode("utf-8"))
-    return {"n": n, "tokens": tokens, "loss": loss, "non_pad": non_pad, "chars": chars, "bytes": nbytes}
+    return {"n": n, "tokens": tokens, "loss": loss, "non_pad": non_pad, "chars": chars, "bytes": nbytes,
+            "segments": segments}
 
 
 def assert_stats_recount(out_dir, params: dict, tokenizer) -> None:
@@ -120,6 +124,13 @@ def assert_stats_recount(out_dir, params: dict, tokenizer) -> None:
     assert post["num_pad_tokens"] == c["tokens"] - c["non_pad"]
     assert h5s["detokenized_chars"] == c["chars"]
     assert h5s["detokenized_bytes"] == c["bytes"]
+    if mode.endswith("_VSL"):
+        assert params["features"] == ["input_ids", "attention_mask", "labels", "attention_span", "position_ids"]
+        assert post["num_sequences_before_packing"] == c["segments"]
+        assert post["vsl_packing_factor"] == (round(c["segments"] / c["n"], 4) if c["n"] else 0.0)
+    else:
+        assert params["features"] == ["input_ids", "attention_mask", "labels"]
+        assert "num_sequences_before_packing" not in post
     inp = params["input"]
     assert inp["documents_read"] == inp["good"] + inp["bad"]
     assert inp["good"] == inp["used"] + inp["dropped"]

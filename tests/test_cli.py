@@ -93,7 +93,8 @@ def test_dockerfile_beam_version_matches_setup():
 def test_example_configs_load():
     from pipelines.config import load_config
 
-    for mode, name in [("LMData", "lm_data.yaml"), ("Summarization", "summarization.yaml"), ("FIM", "fim.yaml")]:
+    for mode, name in [("LMData", "lm_data.yaml"), ("Summarization", "summarization.yaml"), ("FIM", "fim.yaml"),
+                       ("LMData_VSL", "lm_data_vsl.yaml"), ("Summarization_VSL", "summarization_vsl.yaml")]:
         config, rest = load_config([mode, "--params", str(ROOT / "configs" / name), "--input_dir", "x"])
         assert config.mode == mode and rest == []
 
@@ -108,8 +109,9 @@ def test_help_names_the_modes_and_the_tools():
     """A user finds verify, inspect and report from --help, and each answers its own --help."""
     out = _cli(["--help"])
     assert out.returncode == 0
-    listed = re.search(r"\{([A-Za-z,]+)\}", out.stdout).group(1).split(",")
-    assert listed == ["LMData", "Summarization", "FIM", "verify", "inspect", "report"]
+    listed = re.search(r"\{([A-Za-z_,]+)\}", out.stdout).group(1).split(",")
+    assert listed == ["LMData", "Summarization", "FIM", "LMData_VSL", "Summarization_VSL", "verify", "inspect",
+                      "report"]
     for tool in ("verify", "inspect", "report"):
         assert re.search(rf"^\s+{tool}\s+\S", out.stdout, re.M), f"{tool} has no line of help"
         sub = _cli([tool, "--help"])

@@ -366,3 +366,42 @@ def test_fingerprint():
     # Either backend writes the same files: a run may be resumed with the other one.
     assert load(lm("--tokenizer_backend", "tokenizers")).fingerprint() == base
     assert load(lm("--min_sequence_len", "3")).fingerprint() != base
+
+
+# ---------------------------------------------------------------- VSL modes
+
+
+def test_vsl_flags_on_the_command_line_and_in_yaml(tmp_path):
+    # --position_ids_dtype works on the command line (the reference raises "Unexpected arguments").
+    config = load(["LMData_VSL", *NEOX, "--position_ids_dtype", "int16", "--fold_long_doc", "False"])
+    assert config.position_ids_dtype == "int16" and config.fold_long_doc is False
+    params = write_yaml(tmp_path, {"dataset": {"fold_long_doc": False, "position_ids_dtype": "uint16"}})
+    config = load(["LMData_VSL", *NEOX, "--params", params])
+    assert (config.fold_long_doc, config.position_ids_dtype) == (False, "uint16")
+    assert config.source_of("fold_long_doc") == "yaml"
+    defaults = load(["LMData_VSL", *NEOX])
+    assert (defaults.fold_long_doc, defaults.position_ids_dtype, defaults.min_sequence_len) == (True, "int32", 10)
+    sections = defaults.sections()
+    assert sections["setup"]["dataset_processor"] == "VSLLMDataPreprocessor"
+    assert sections["dataset"]["fold_long_doc"] is True and sections["dataset"]["position_ids_dtype"] == "int32"
+    summ = load(["Summarization_VSL", *NEOX, *SUMMARIZATION_KEYS, "--sep_token", "<sep>",
+                 "--position_ids_dtype", "int16"])
+    assert summ.keys_tuple == ("prompt", "completion") and summ.sep_token == "<sep>"
+    assert summ.sections()["setup"]["dataset_processor"] == "VSLSummarizationPreprocessor"
+    assert "fold_long_doc" not in summ.sections()["dataset"]
+
+
+def test_vsl_settings_are_checked_where_they_apply(tmp_path):
+    with pytest.raises(ConfigError, match="position_ids_dtype: int8 cannot hold position ids up to 255"):
+        load(["LMData_VSL", *NEOX, "--max_seq_length", "256", "--position_ids_dtype", "int8"])
+    assert load(["LMData_VSL", *NEOX, "--max_seq_length", "128", "--position_ids_dtype", "int8"])
+    with pytest.raises(ConfigError, match="--prompt_key is required for Summarization_VSL"):
+        load(["Summarization_VSL", *NEOX])
+    with pytest.raises(ConfigError, match="fold_long_doc does not apply to LMData"):
+        load(lm("--params", write_yaml(tmp_path, {"dataset": {"fold_long_doc": True}})))
+    with pytest.raises(ConfigError, match="fold_long_doc does not apply to Summarization_VSL"):
+        load(["Summarization_VSL", *NEOX, *SUMMARIZATION_KEYS,
+              "--params", write_yaml(tmp_path, {"dataset": {"fold_long_doc": True}}, "s.yaml")])
+    # LMData has no such flag: it is left for Beam, which refuses it (tests/test_cli.py).
+    config, rest = load_config(lm("--fold_long_doc", "True"))
+    assert rest == ["--fold_long_doc", "True"]

@@ -30,7 +30,7 @@ import apache_beam as beam  # noqa: E402
 from apache_beam.portability.api import beam_runner_api_pb2  # noqa: E402
 from apache_beam.runners.runner import PipelineState  # noqa: E402
 
-from pipelines.config import load_config  # noqa: E402
+from pipelines.config import MODES, load_config  # noqa: E402
 from pipelines.create_hdf5_dataset import _beam_options, build, launch, plan_job, runner_plan  # noqa: E402
 from tests.helpers import ROOT  # noqa: E402
 
@@ -241,7 +241,7 @@ def test_flex_template_metadata_is_a_valid_spec_of_our_flags():
     text = METADATA.read_text()
     TemplateMetadata.from_json(text)  # unknown fields or wrong types raise
     spec = json.loads(text)
-    flags = _our_flags("LMData") | _our_flags("Summarization") | _our_flags("FIM") | {"mode"}
+    flags = set().union(*(_our_flags(mode) for mode in MODES)) | {"mode"}
     names = [p["name"] for p in spec["parameters"]]
     assert len(names) == len(set(names))
     by_name = {p["name"]: p for p in spec["parameters"]}
@@ -266,6 +266,8 @@ def test_flex_template_metadata_is_a_valid_spec_of_our_flags():
     assert ok("short_seq_prob", "0.1") and ok("short_seq_prob", "1") and not ok("short_seq_prob", "1.5")
     assert ok("pack_sequences", "False") and not ok("pack_sequences", "maybe")
     assert ok("huggingface_tokenizer", "gs://my-bucket/tok") and ok("huggingface_tokenizer", "org/name")
+    assert [o["value"] for o in by_name["mode"]["enumOptions"]] == list(MODES)
+    assert ok("position_ids_dtype", "int16") and not ok("position_ids_dtype", "float32")
 
 
 def _launcher():

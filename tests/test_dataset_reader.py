@@ -129,3 +129,15 @@ def test_yields_exactly_what_the_pipeline_wrote(tmp_path):
                                             for r in got]), written)
     params = open_dataset_params(str(out))
     assert params["post-process"]["n_examples"] == len(written)
+
+
+def test_rows_are_named_by_the_features_data_params_lists(shards):
+    out, order, sizes = shards
+    (out / "data_params.json").write_text('{"setup": {"mode": "LMData"}, '
+                                          '"features": ["input_ids", "attention_mask", "labels"]}')
+    ds = H5Dataset(str(out), batch_size=3)
+    assert ds.features == ("input_ids", "attention_mask", "labels")
+    assert all(list(b) == list(ds.features) for b in ds)
+    (out / "data_params.json").write_text('{"setup": {"mode": "LMData_VSL"}}')  # 5 names, 3-feature files
+    with pytest.raises(ValueError, match="x_0.h5: rows of shape \\(3, 8\\), but the dataset's features are 5"):
+        list(H5Dataset(str(out)))

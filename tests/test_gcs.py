@@ -180,15 +180,16 @@ def _normalized_params(params: dict, roots: dict) -> dict:
     return out
 
 
-def _args(input_dir, output_dir, encoder_file, params) -> list[str]:
-    return ["LMData", "--input_dir", input_dir, "--output_dir", output_dir, "--params", params,
+def _args(input_dir, output_dir, encoder_file, params, mode: str = "LMData") -> list[str]:
+    return [mode, "--input_dir", input_dir, "--output_dir", output_dir, "--params", params,
             "--tokenizer_type", "NeoXTokenizer", "--encoder_file", encoder_file]
 
 
-@pytest.mark.parametrize("runner", [RUNNER, pytest.param(MULTI_PROCESSING + ["--direct_num_workers", "2"],
-                                                      marks=pytest.mark.worker_processes)],
-                         ids=["FnApiRunner", "multi_processing"])
-def test_lmdata_gs_to_gs_equals_local_run(gcs, tmp_path, runner):
+@pytest.mark.parametrize("mode, runner", [
+    ("LMData", RUNNER),
+    pytest.param("LMData", MULTI_PROCESSING + ["--direct_num_workers", "2"], marks=pytest.mark.worker_processes),
+    ("LMData_VSL", RUNNER)], ids=["FnApiRunner", "multi_processing", "vsl"])
+def test_gs_to_gs_equals_local_run(gcs, tmp_path, mode, runner):
     """Corpus, tokenizer and YAML on gs://, output to gs://: every file read back equals the local run's.
 
     multi_processing: worker processes reach the emulator through the inherited environment alone.
@@ -201,7 +202,7 @@ def test_lmdata_gs_to_gs_equals_local_run(gcs, tmp_path, runner):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(YAML)
     local_out = tmp_path / "local_out"
-    local_params = run_job(_args(str(LM), str(local_out), str(NEOX), str(cfg)))
+    local_params = run_job(_args(str(LM), str(local_out), str(NEOX), str(cfg), mode))
     local_files = {str(p.relative_to(local_out)): p.read_bytes() for p in local_out.rglob("*") if p.is_file()}
     assert sum(n.endswith(".h5") for n in local_files) >= 2, sorted(local_files)  # several shards
 
@@ -214,7 +215,7 @@ def test_lmdata_gs_to_gs_equals_local_run(gcs, tmp_path, runner):
     watcher = _Watcher(f"{bucket}/out")
     watcher.start()
     try:
-        code = main(_args(gs_in, gs_out, gs_tok, f"gs://{bucket}/cfg.yaml") + runner)
+        code = main(_args(gs_in, gs_out, gs_tok, f"gs://{bucket}/cfg.yaml", mode) + runner)
     finally:
         watcher.stop.set()
         watcher.join()

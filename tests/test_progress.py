@@ -85,18 +85,19 @@ def _inputs(root):
     return sum(p.stat().st_size for p in root.iterdir())
 
 
-def _argv(inputs, out, *extra):
-    return ["LMData", "--input_dir", str(inputs), "--output_dir", str(out), "--tokenizer_type", "GPT2Tokenizer",
+def _argv(inputs, out, *extra, mode="LMData"):
+    return [mode, "--input_dir", str(inputs), "--output_dir", str(out), "--tokenizer_type", "GPT2Tokenizer",
             "--vocab_file", str(GPT2 / "vocab.bpe"), "--encoder_file", str(GPT2 / "encoder.json"),
             "--max_seq_length", "256", "--packing_group_mb", "1", *extra]
 
 
-def test_the_bar_reaches_the_input_size_once_and_never_passes_it(tmp_path, monkeypatch, recorded):
+@pytest.mark.parametrize("mode", ["LMData", "LMData_VSL"])
+def test_the_bar_reaches_the_input_size_once_and_never_passes_it(tmp_path, monkeypatch, recorded, mode):
     values, bars = recorded
     total = _inputs(tmp_path / "in")
     terminal = FakeTerminal()
     monkeypatch.setattr("sys.stderr", terminal)
-    params = run_job(_argv(tmp_path / "in", tmp_path / "out"))
+    params = run_job(_argv(tmp_path / "in", tmp_path / "out", mode=mode))
     assert len(bars) == 1 and bars[0].total == total
     assert values == sorted(values) and len(values) > 10  # it moved, in many steps, never back
     assert values[-1] == total and values.count(total) == 1  # the total exactly once: at the very end

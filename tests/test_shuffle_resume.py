@@ -33,8 +33,8 @@ def corpus(tmp_path_factory) -> Path:
     return out
 
 
-def _args(corpus, out, *extra) -> list[str]:
-    return ["LMData", "--input_dir", str(corpus), "--output_dir", str(out), "--tokenizer_type", "NeoXTokenizer",
+def _args(corpus, out, *extra, mode: str = "LMData") -> list[str]:
+    return [mode, "--input_dir", str(corpus), "--output_dir", str(out), "--tokenizer_type", "NeoXTokenizer",
             "--encoder_file", str(NEOX), *extra]
 
 
@@ -122,12 +122,13 @@ def _kill_when(proc: subprocess.Popen, ready, timeout: float = 120.0) -> None:
     proc.wait()
 
 
+@pytest.mark.parametrize("mode", ["LMData", "LMData_VSL"])
 @pytest.mark.parametrize("kill_point", ["while_packing", "while_writing"])
-def test_kill_and_resume_gives_the_uninterrupted_bytes(corpus, tmp_path, kill_point):
+def test_kill_and_resume_gives_the_uninterrupted_bytes(corpus, tmp_path, kill_point, mode):
     args = ["--max_seq_length", "32", "--files_per_record", "300", "--shuffle", "True", "--short_seq_prob", "0.05"]
-    reference = run_job(_args(corpus, tmp_path / "ref", *args))
+    reference = run_job(_args(corpus, tmp_path / "ref", *args, mode=mode))
     out = tmp_path / "out"
-    proc = _start(_args(corpus, out, *args))
+    proc = _start(_args(corpus, out, *args, mode=mode))
     groups = out / ".tmp" / "groups"
     if kill_point == "while_packing":
         _kill_when(proc, lambda: len(glob.glob(str(groups / "*.json"))) >= 2)
@@ -138,15 +139,15 @@ def test_kill_and_resume_gives_the_uninterrupted_bytes(corpus, tmp_path, kill_po
 
     # Without the flag the partial output is protected; with another config it is refused.
     proc = subprocess.run([sys.executable, "-m", "pipelines.create_hdf5_dataset",
-                           *_args(corpus, out, *args), *RUNNER], cwd=ROOT, capture_output=True, text=True)
+                           *_args(corpus, out, *args, mode=mode), *RUNNER], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2 and "not empty" in proc.stderr
     other = args[:-1] + ["0.5"]
     proc = subprocess.run([sys.executable, "-m", "pipelines.create_hdf5_dataset",
-                           *_args(corpus, out, *other), "--resume_from_checkpoint", "True", *RUNNER],
+                           *_args(corpus, out, *other, mode=mode), "--resume_from_checkpoint", "True", *RUNNER],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2 and "different configuration" in proc.stderr
 
-    resumed = run_job(_args(corpus, out, *args, "--resume_from_checkpoint", "True"))
+    resumed = run_job(_args(corpus, out, *args, "--resume_from_checkpoint", "True", mode=mode))
     assert _digests(out) == _digests(tmp_path / "ref")
     assert resumed["post-process"] == reference["post-process"]
     assert resumed["input"] == reference["input"]

@@ -14,6 +14,8 @@ from typing import Iterable, Mapping, Optional
 
 import numpy as np
 
+from transforms.core.features import POSITION_IDS
+
 __all__ = ["Stats", "merge", "ROWS_DROPPED", "H5_ROWS", "row_stats", "post_process_section", "h5_stats_section",
            "input_section", "check_accounting"]
 
@@ -77,12 +79,12 @@ def real_lengths(rows: np.ndarray, inverted_mask: bool, trailing_eos_input: bool
 def row_stats(rows: np.ndarray, inverted_mask: bool, trailing_eos_input: bool = False,
               lengths: Optional[np.ndarray] = None) -> Counter:
     """Counts recomputed from rows exactly as they are written; `lengths`: their `real_lengths`, if known."""
-    n, _, msl = rows.shape
+    n, features, msl = rows.shape
     loss_valid = int((rows[:, 1, :] == (0 if inverted_mask else 1)).sum())
     if lengths is None:
         lengths = real_lengths(rows, inverted_mask, trailing_eos_input)
     non_pad = int(lengths.sum())
-    return Counter({
+    counts = Counter({
         "num_sequences": n,
         "num_tokens": n * msl,
         "loss_valid_tokens": loss_valid,
@@ -90,19 +92,26 @@ def row_stats(rows: np.ndarray, inverted_mask: bool, trailing_eos_input: bool = 
         "non_pad_tokens": non_pad,
         "num_pad_tokens": n * msl - non_pad,
     })
+    if features > POSITION_IDS:
+        # VSL: a document segment starts at every real position whose position id is 0 (so does every
+        # padding position, which follows the real ones).
+        counts["num_segments"] = int(np.count_nonzero(rows[:, POSITION_IDS, :] == 0)) - (n * msl - non_pad)
+    return counts
 
 
 def post_process_section(stats: Stats, written: Mapping[str, int], *, eos_id: int, pad_id: int,
-                         vocab_size: int) -> dict:
+                         vocab_size: int, vsl: bool = False) -> dict:
     """The reference's post-process keys (SPEC §1e) with COMPAT.md's exact meanings.
 
-    `written` holds the counters of the rows in the committed files.
+    `written` holds the counters of the rows in the committed files. With
+    `vsl`, also 2.10's `num_sequences_before_packing` (document segments in
+    the rows) and `vsl_packing_factor` (segments per row).
     """
     n_examples = int(written.get("num_sequences", 0))
     processed = stats["docs_good"]
     discarded = sum(stats.with_prefix("dropped.").values())
     raw_chars, raw_bytes = stats["raw_chars"], stats["raw_bytes"]
-    return {
+    section = {
         "average_bytes_per_sequence": math.ceil(raw_bytes / n_examples) if n_examples else 0,
         "average_chars_per_sequence": math.ceil(raw_chars / n_examples) if n_examples else 0,
         "discarded_files": discarded,
@@ -121,6 +130,11 @@ def post_process_section(stats: Stats, written: Mapping[str, int], *, eos_id: in
         "successful_files": processed - discarded,
         "vocab_size": vocab_size,
     }
+    if vsl:
+        segments = int(written.get("num_segments", 0))
+        section["num_sequences_before_packing"] = segments
+        section["vsl_packing_factor"] = round(segments / n_examples, 4) if n_examples else 0.0
+    return section
 
 
 def h5_stats_section(written: Mapping[str, int]) -> dict:

@@ -19,8 +19,21 @@ last of them:
   the last trained label is EOS. Summarization's loss positions are one run
   (completion + EOS); FIM's are a prefix.
 
-Everywhere: ids in [0, vocab_size), mask values 0/1, pad_id on input and
-label positions after the real part.
+- LMData_VSL and Summarization_VSL (5 features, MODES.md §A1.5 / §A2.2):
+  documents back to back from position 0, each starting where position_ids
+  is 0; within a document of n positions position_ids count 0 .. n-1,
+  attention_span counts n-1 .. 0 and labels[i] == input_ids[i + 1] but at
+  its last position (whose label is its last token, never an input). Every
+  document's last position is trained, so the real part ends at `end`.
+  LMData_VSL trains every real position; Summarization_VSL trains, per
+  document, one run ending at its last position, whose label is EOS. After
+  the real part: pad_id in input_ids and labels, 0 in attention_span and
+  position_ids.
+
+Everywhere: ids and labels in [0, vocab_size) (attention_span and
+position_ids are not ids: the reference's comparison of them with vocab_size
+is its bug, MODES.md §A5.9), mask values 0/1, pad_id on input and label
+positions after the real part.
 """
 
 from __future__ import annotations
@@ -28,22 +41,30 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from transforms.core.features import (ATTENTION_MASK, ATTENTION_SPAN, INPUT_IDS, LABELS, LM_FEATURES, POSITION_IDS,
+                                      VSL_FEATURES)
 from transforms.core.stats import check_accounting
 
 __all__ = [
-    "LMDATA", "SUMMARIZATION", "FIM", "OURS", "REFERENCE", "DatasetSpec", "dataset_spec", "FileLayout",
-    "check_layout", "RowChecker", "real_lengths", "loss_positions", "count_rows", "text_counts",
-    "expected_post_process", "check_stats", "check_config", "documents_per_row",
+    "LMDATA", "SUMMARIZATION", "FIM", "LMDATA_VSL", "SUMMARIZATION_VSL", "VSL_MODES", "OURS", "REFERENCE",
+    "DatasetSpec", "dataset_spec", "mode_features", "FileLayout", "check_layout", "RowChecker", "real_lengths",
+    "loss_positions", "document_starts", "count_rows", "real_inputs", "detokenized_inputs", "text_counts",
+    "expected_post_process", "expected_h5_dataset_stats", "check_stats", "check_config", "documents_per_row",
 ]
 
 LMDATA, SUMMARIZATION, FIM = "LMData", "Summarization", "FIM"
+LMDATA_VSL, SUMMARIZATION_VSL = "LMData_VSL", "Summarization_VSL"
+VSL_MODES = (LMDATA_VSL, SUMMARIZATION_VSL)
+_MODES = (LMDATA, SUMMARIZATION, FIM) + VSL_MODES
 OURS, REFERENCE = "create_hdf5_dataset", "reference"
 _PROCESSORS = {"LMDataPreprocessor": LMDATA, "SummarizationPreprocessor": SUMMARIZATION,
-               "FIMDataPreprocessor": FIM}
+               "FIMDataPreprocessor": FIM, "VSLLMDataPreprocessor": LMDATA_VSL,
+               "VSLSummarizationPreprocessor": SUMMARIZATION_VSL}
+_FACTOR_TOLERANCE = 0.5e-4  # vsl_packing_factor is rounded to 4 decimals
 # Examples shown per kind of row problem; the count is always exact.
 _EXAMPLES = 1
 
@@ -59,6 +80,7 @@ class DatasetSpec:
     vocab_size: Optional[int] = None
     eos_id: Optional[int] = None
     pad_id: Optional[int] = None
+    features: Optional[tuple] = None  # data_params.json's `features`; None: the mode's (see feature_names)
 
     @property
     def loss_value(self) -> int:
@@ -67,6 +89,29 @@ class DatasetSpec:
     @property
     def trailing_eos_input(self) -> bool:
         return self.mode in (SUMMARIZATION, FIM)
+
+    @property
+    def vsl(self) -> bool:
+        return self.mode in VSL_MODES
+
+    @property
+    def feature_names(self) -> tuple:
+        """What data[:, i, :] holds: the recorded list, else the mode's."""
+        return self.features if self.features is not None else mode_features(self.mode)
+
+    @property
+    def num_features(self) -> int:
+        return len(self.feature_names)
+
+    @property
+    def rows_known(self) -> bool:
+        """Whether the mode-specific row checks apply: a known mode whose rows hold its features in order."""
+        return self.mode is not None and self.feature_names == mode_features(self.mode)
+
+
+def mode_features(mode: Optional[str]) -> tuple:
+    """The features a mode writes, in row order (3 for an unknown mode)."""
+    return VSL_FEATURES if mode in VSL_MODES else LM_FEATURES
 
 
 def _int_or_none(value: Any) -> Optional[int]:
@@ -89,10 +134,20 @@ def dataset_spec(params: Optional[Mapping]) -> tuple[DatasetSpec, list[str]]:
     post = params.get("post-process") or {}
     producer = OURS if "mode" in setup else REFERENCE
     mode = setup.get("mode") or _PROCESSORS.get(setup.get("dataset_processor"))
-    if mode not in (LMDATA, SUMMARIZATION, FIM):
+    if mode not in _MODES:
         notes.append(f"data_params.json names no known mode ({setup.get('mode') or setup.get('dataset_processor')!r}): "
                      "mode-specific row checks are skipped")
         mode = None
+    features = params.get("features")
+    if _is_feature_list(features):
+        features = tuple(features)
+        if mode is not None and features != mode_features(mode):
+            notes.append(f"features {list(features)} are not what {mode} writes: mode-specific row checks "
+                         "are skipped")
+    else:
+        features = None  # absent, or malformed (check_config reports it): the mode's
+        if producer == OURS and "features" not in params:
+            notes.append(f"data_params.json has no features list: rows read as {', '.join(mode_features(mode))}")
     inverted = bool(dataset.get("inverted_mask", False))
     if producer == REFERENCE and inverted and mode in (LMDATA, FIM):
         notes.append("reference output: its LMData/FIM writer ignores inverted_mask (SPEC §1h-3), "
@@ -104,8 +159,13 @@ def dataset_spec(params: Optional[Mapping]) -> tuple[DatasetSpec, list[str]]:
         vocab_size=_int_or_none(post.get("vocab_size")),
         eos_id=_int_or_none(post.get("eos_id")),
         pad_id=_int_or_none(post.get("pad_id")),
+        features=features,
     )
     return spec, notes
+
+
+def _is_feature_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v for v in value)
 
 
 # ------------------------------------------------------------------ file layout
@@ -125,11 +185,14 @@ class FileLayout:
     n_examples: Any = None
 
 
-def check_layout(layout: FileLayout, max_seq_length: Optional[int] = None) -> tuple[list[str], list[str]]:
+def check_layout(layout: FileLayout, max_seq_length: Optional[int] = None,
+                 features: Sequence[str] = LM_FEATURES) -> tuple[list[str], list[str]]:
     """(problems, notes) of one shard against the Cerebras HDF5 dataloader's rules.
 
     `max_seq_length`: what the model (or data_params.json) expects; None skips that comparison.
+    `features`: the names a row should hold, in order (`DatasetSpec.feature_names`).
     """
+    width = len(features)
     problems: list[str] = []
     notes: list[str] = []
     if not layout.name.endswith(".h5"):
@@ -143,8 +206,12 @@ def check_layout(layout: FileLayout, max_seq_length: Optional[int] = None) -> tu
     if layout.dtype != "int32":
         problems.append(f"dataset 'data' has dtype {layout.dtype}, expected int32")
     shape = tuple(layout.shape or ())
-    if len(shape) != 3 or shape[1] != 3:
-        problems.append(f"dataset 'data' has shape {shape}, expected [n, 3, max_seq_length]")
+    if len(shape) != 3:
+        problems.append(f"dataset 'data' has shape {shape}, expected [n, {width}, max_seq_length]")
+        return problems, notes
+    if shape[1] != width:
+        problems.append(f"dataset 'data' holds {shape[1]} features per row (shape {shape}), but data_params.json "
+                        f"expects {width} ({', '.join(features)})")
         return problems, notes
     n, _, msl = shape
     if max_seq_length is not None and msl != max_seq_length:
@@ -152,8 +219,8 @@ def check_layout(layout: FileLayout, max_seq_length: Optional[int] = None) -> tu
     if n == 0:
         notes.append("holds no rows (an empty dataset cannot be chunked, chunks/compression not checked)")
     else:
-        if tuple(layout.chunks or ()) != (1, 3, msl):
-            problems.append(f"chunks {layout.chunks}, expected (1, 3, {msl}) (one sample per chunk)")
+        if tuple(layout.chunks or ()) != (1, width, msl):
+            problems.append(f"chunks {layout.chunks}, expected (1, {width}, {msl}) (one sample per chunk)")
         if layout.compression != "gzip":
             problems.append(f"compression {layout.compression!r}, expected 'gzip'")
     if not layout.has_n_examples:
@@ -174,7 +241,7 @@ def check_layout(layout: FileLayout, max_seq_length: Optional[int] = None) -> tu
 
 def loss_positions(rows: np.ndarray, spec: DatasetSpec) -> np.ndarray:
     """[n, msl] bool: positions whose label is trained."""
-    return rows[:, 1, :] == spec.loss_value
+    return rows[:, ATTENTION_MASK, :] == spec.loss_value
 
 
 def _loss_end(loss: np.ndarray) -> np.ndarray:
@@ -192,12 +259,21 @@ def real_lengths(rows: np.ndarray, spec: DatasetSpec) -> np.ndarray:
     return end
 
 
+def document_starts(rows: np.ndarray, spec: DatasetSpec) -> np.ndarray:
+    """[n, msl] bool, VSL rows: the real positions where a document (segment) starts (position_ids 0)."""
+    real = np.arange(rows.shape[2])[None, :] < real_lengths(rows, spec)[:, None]
+    return real & (rows[:, POSITION_IDS, :] == 0)
+
+
 def documents_per_row(rows: np.ndarray, spec: DatasetSpec) -> np.ndarray:
-    """Per row, the EOS ids among the real inputs (documents that end in the row)."""
+    """Per row, its documents: VSL, the segments it holds (position_ids 0 in the real part); otherwise the
+    EOS ids among the real inputs (documents that end in the row)."""
+    if spec.vsl and rows.shape[1] == len(VSL_FEATURES):
+        return document_starts(rows, spec).sum(axis=1)
     if spec.eos_id is None:
         return np.zeros(len(rows), dtype=np.int64)
     real = np.arange(rows.shape[2])[None, :] < real_lengths(rows, spec)[:, None]
-    return ((rows[:, 0, :] == spec.eos_id) & real).sum(axis=1)
+    return ((rows[:, INPUT_IDS, :] == spec.eos_id) & real).sum(axis=1)
 
 
 class RowChecker:
@@ -218,12 +294,12 @@ class RowChecker:
             entry[2] = merge(entry[2], extra)
 
     def add(self, rows: np.ndarray, start: int = 0) -> None:
-        """Check rows [n, 3, msl]; `start` is the index of rows[0] in the file."""
+        """Check rows [n, F, msl] (F = the spec's feature count); `start` is the index of rows[0] in the file."""
         spec = self._spec
-        if rows.ndim != 3 or rows.shape[1] != 3 or not len(rows):
+        if rows.ndim != 3 or rows.shape[1] != spec.num_features or not len(rows):
             return
         n, _, msl = rows.shape
-        inp, mask, lab = rows[:, 0, :], rows[:, 1, :], rows[:, 2, :]
+        inp, mask, lab = rows[:, INPUT_IDS, :], rows[:, ATTENTION_MASK, :], rows[:, LABELS, :]
 
         if self._vocab is not None:
             for name, ids in (("input_ids", inp), ("labels", lab)):
@@ -247,7 +323,10 @@ class RowChecker:
         end = _loss_end(loss)
         has_loss = end > 0
         self._no_loss_rows += int((~has_loss).sum())
-        if spec.mode is None:
+        if not spec.rows_known:
+            return
+        if spec.vsl:
+            self._add_vsl(rows, start, loss, end)
             return
         pos = np.arange(msl)[None, :]
         count = loss.sum(axis=1)
@@ -298,6 +377,84 @@ class RowChecker:
                 self._add("last_label", int(bad.sum()), f"row {start + r}, position {int(end[r]) - 1}: "
                                                         f"{int(last[k])}", spec.eos_id)
 
+    def _add_rows(self, kind: str, bad: np.ndarray, start: int, example: Callable[[int, int], str],
+                  extra: Any = None) -> None:
+        """A problem counted in rows: `bad` [n, msl], `example(r, p)` describes its first position."""
+        if bad.any():
+            r, p = _first(bad)
+            self._add(kind, int(bad.any(axis=1).sum()), f"row {start + r}, position {p}: {example(r, p)}", extra)
+
+    def _add_vsl(self, rows: np.ndarray, start: int, loss: np.ndarray, end: np.ndarray) -> None:
+        """The VSL invariants (module docstring): documents, their position_ids, attention_span, shift, padding
+        and mask, all read from the row itself: a document starts at each position_ids 0 of the real part."""
+        spec = self._spec
+        n, _, msl = rows.shape
+        inp, lab = rows[:, INPUT_IDS, :], rows[:, LABELS, :]
+        span, pos = rows[:, ATTENTION_SPAN, :], rows[:, POSITION_IDS, :]
+        idx = np.broadcast_to(np.arange(msl)[None, :], (n, msl))
+        real = idx < end[:, None]
+        starts = real & ((pos == 0) | (idx == 0))
+        # A document's last position: the last real one, or one followed by a document start.
+        last = real & (idx == (end - 1)[:, None])
+        last[:, :-1] |= real[:, :-1] & starts[:, 1:]
+        inner = real & ~last  # followed by a position of the same document
+
+        # The real part begins a document.
+        self._add_rows("vsl_start", real & (idx == 0) & (pos != 0), start,
+                       lambda r, p: f"position_ids {int(pos[r, p])}")
+        # position_ids: 0, 1, 2, ... from each document's start.
+        doc_start = np.maximum.accumulate(np.where(starts, idx, 0), axis=1)
+        want_pos = idx - doc_start
+        self._add_rows("vsl_position_ids", real & (idx > 0) & (pos != want_pos), start,
+                       lambda r, p: f"{int(pos[r, p])}, expected {int(want_pos[r, p])}")
+        # attention_span: n-1, ..., 0 over a document of n positions (positions left to its last one).
+        doc_last = np.minimum.accumulate(np.where(last, idx, msl)[:, ::-1], axis=1)[:, ::-1]
+        want_span = doc_last - idx
+        self._add_rows("vsl_attention_span", real & (span != want_span), start,
+                       lambda r, p: f"{int(span[r, p])}, expected {int(want_span[r, p])}")
+        # Labels are the next input inside a document; a document's last label is not in the row.
+        shifted = np.zeros((n, msl), dtype=bool)
+        shifted[:, :-1] = inner[:, :-1] & (lab[:, :-1] != inp[:, 1:])
+        self._add_rows("shift", shifted, start,
+                       lambda r, p: f"label {int(lab[r, p])}, next input_id {int(inp[r, p + 1])}")
+        # Padding after the real part.
+        after = ~real
+        for name, values, want in (("input_ids", inp, spec.pad_id), ("labels", lab, spec.pad_id),
+                                   ("attention_span", span, 0), ("position_ids", pos, 0)):
+            if want is None:
+                continue
+            bad = after & (values != want)
+            if bad.any():
+                r, p = _first(bad)
+                self._add(f"pad_{name}", int(bad.sum()), f"row {start + r}, position {p}: {int(values[r, p])}",
+                          want)
+        # The mask on padding. Trained padding would make `end` msl and read as one-position documents, so
+        # padding is found by its look instead: the trailing positions with pad ids and span and position 0.
+        if spec.pad_id is not None:
+            padlike = (inp == spec.pad_id) & (lab == spec.pad_id) & (span == 0) & (pos == 0)
+            trained_pad = (idx >= _loss_end(~padlike)[:, None]) & loss
+            if trained_pad.any():
+                r, p = _first(trained_pad)
+                self._add("pad_attention_mask", int(trained_pad.sum()),
+                          f"row {start + r}, position {p}: {spec.loss_value}", 1 - spec.loss_value)
+        # The mask of the real part.
+        if spec.mode == LMDATA_VSL:
+            self._add_rows("mask_layout", real & ~loss, start, lambda r, p: "not trained",
+                           "trained on every real position")
+        else:
+            loss_next = np.zeros((n, msl), dtype=bool)
+            loss_next[:, :-1] = loss[:, 1:]
+            self._add_rows("mask_layout", (inner & loss & ~loss_next) | (last & ~loss), start,
+                           lambda r, p: "trained, the next position of its document not" if loss[r, p]
+                           else "a document's last position, not trained",
+                           "one run of trained positions per document, ending at its last position")
+            if spec.eos_id is not None:
+                bad = last & (lab != spec.eos_id)
+                if bad.any():
+                    r, p = _first(bad)
+                    self._add("doc_last_label", int(bad.sum()), f"row {start + r}, position {p}: {int(lab[r, p])}",
+                              spec.eos_id)
+
     def problems(self) -> list[str]:
         out = []
         for kind, (count, example, extra) in self._found.items():
@@ -328,12 +485,28 @@ def _describe(kind: str, count: int, example: str, extra: Any, vocab: Optional[i
     if kind == "mask_layout":
         return f"{rows} whose {mask_name} is not {extra} as {spec.mode} writes it (first: {example})"
     if kind == "shift":
-        scope = "in the real part" if spec.mode == LMDATA else "(x[:-1], x[1:] construction)"
+        scope = {LMDATA: "in the real part", LMDATA_VSL: "inside each document",
+                 SUMMARIZATION_VSL: "inside each document"}.get(spec.mode, "(x[:-1], x[1:] construction)")
         return f"{rows} whose labels are not input_ids shifted by one {scope} (first: {example})"
+    if kind in ("pad_attention_span", "pad_position_ids"):
+        return f"{count} {kind[4:]} after the real part are not {extra} (first: {example})"
+    if kind == "pad_attention_mask":
+        return (f"{count} padding position{' is' if count == 1 else 's are'} trained: {mask_name} not {extra} "
+                f"(first: {example})")
     if kind.startswith("pad_"):
         return f"{count} {kind[4:]} after the real part are not pad_id {extra} (first: {example})"
     if kind == "last_label":
         return f"{rows} whose last trained label is not EOS {extra} (first: {example})"
+    if kind == "vsl_start":
+        return f"{rows} whose real part does not start with a document (position_ids[0] is not 0) (first: {example})"
+    if kind == "vsl_position_ids":
+        return f"{rows} whose position_ids do not count 0, 1, 2, ... from each document's start (first: {example})"
+    if kind == "vsl_attention_span":
+        return (f"{rows} whose attention_span does not count down to 0 at each document's last position "
+                f"(first: {example})")
+    if kind == "doc_last_label":
+        return (f"{count} document{'' if count == 1 else 's'} whose last label (a trained position) is not "
+                f"EOS {extra} (first: {example})")
     return f"{count} {kind} (first: {example})"
 
 
@@ -355,14 +528,31 @@ def count_rows(rows: np.ndarray, spec: DatasetSpec) -> Counter:
         "non_pad_tokens": real,
         "num_pad_tokens": n * msl - real,
     })
+    inp = rows[:, INPUT_IDS, :]
     if spec.pad_id is not None:
-        out["input_ids_equal_pad_id"] = int((rows[:, 0, :] == spec.pad_id).sum())
+        out["input_ids_equal_pad_id"] = int((inp == spec.pad_id).sum())
+    if spec.vsl and rows.shape[1] == len(VSL_FEATURES):
+        out["num_sequences_before_packing"] = int(document_starts(rows, spec).sum())
+    if spec.producer == REFERENCE:
+        # The reference's h5_dataset_stats (MODES.md §A0): the mask row summed whatever its polarity, and
+        # input ids that are neither EOS nor pad.
+        out["mask_sum"] = int(rows[:, ATTENTION_MASK, :].sum())
+        if spec.eos_id is not None and spec.pad_id is not None:
+            out["input_ids_not_eos_or_pad"] = int(((inp != spec.eos_id) & (inp != spec.pad_id)).sum())
     return out
 
 
 def real_inputs(rows: np.ndarray, spec: DatasetSpec) -> list[list[int]]:
     """Each row's real input ids, for detokenizing."""
-    return [rows[i, 0, :k].tolist() for i, k in enumerate(real_lengths(rows, spec).tolist())]
+    return [rows[i, INPUT_IDS, :k].tolist() for i, k in enumerate(real_lengths(rows, spec).tolist())]
+
+
+def detokenized_inputs(rows: np.ndarray, spec: DatasetSpec) -> list[list[int]]:
+    """The ids whose decoded text h5_dataset_stats.detokenized_* measure: ours, the real inputs; the
+    reference's, the whole input row, padding included (MODES.md §A0)."""
+    if spec.producer == REFERENCE:
+        return rows[:, INPUT_IDS, :].tolist()
+    return real_inputs(rows, spec)
 
 
 def text_counts(texts: Iterable[str]) -> Counter:
@@ -377,15 +567,21 @@ def text_counts(texts: Iterable[str]) -> Counter:
 # ------------------------------------------------------------------- statistics
 
 
-def expected_post_process(counts: Mapping[str, int], spec: DatasetSpec) -> dict[str, int]:
+def expected_post_process(counts: Mapping[str, int], spec: DatasetSpec) -> dict[str, Any]:
     """The recountable post-process numbers, in the conventions of whoever wrote the dataset.
 
-    Ours are exact. The reference's (SPEC §1e, §1h-16) are reproduced where
-    they are a deterministic function of the rows: Summarization counts one
-    pad and one masked token too many per row; FIM's num_pad_tokens counts
-    input ids equal to pad_id (EOS too when pad == eos).
+    Ours are exact; VSL adds num_sequences_before_packing (documents in the
+    rows) and vsl_packing_factor (that / n_examples, 4 decimals, 0.0 for no
+    rows). The reference's (SPEC §1e, §1h-16) are reproduced where they are a
+    deterministic function of the rows: Summarization counts one pad and one
+    masked token too many per row; FIM's num_pad_tokens counts input ids
+    equal to pad_id (EOS too when pad == eos). The reference's VSL script
+    (2.1.1, MODES.md §A4) records no token counts in post-process: only
+    n_examples is recountable there.
     """
     n = int(counts.get("num_sequences", 0))
+    if spec.producer == REFERENCE and spec.vsl:
+        return {"n_examples": n}
     out = {
         "n_examples": n,
         "num_tokens": int(counts.get("num_tokens", 0)),
@@ -402,7 +598,37 @@ def expected_post_process(counts: Mapping[str, int], spec: DatasetSpec) -> dict[
                 out["num_pad_tokens"] = int(counts["input_ids_equal_pad_id"])
             else:
                 del out["num_pad_tokens"]
+    elif spec.vsl:
+        docs = int(counts.get("num_sequences_before_packing", 0))
+        out["num_sequences_before_packing"] = docs
+        out["vsl_packing_factor"] = round(docs / n, 4) if n else 0.0
     return out
+
+
+def expected_h5_dataset_stats(counts: Mapping[str, int], spec: DatasetSpec) -> dict[str, int]:
+    """The recountable h5_dataset_stats numbers (detokenized_* apart, they need the tokenizer).
+
+    Ours: loss_valid_tokens = trained positions, non_pad_tokens = real
+    positions. The reference's (its 2.1.1 per-document script, MODES.md §A0):
+    the mask row summed (padding too when inverted) and input ids neither EOS
+    nor pad; the latter is left out when eos_id/pad_id are unknown.
+    """
+    out = {key: int(counts.get(key, 0))
+           for key in ("num_sequences", "num_tokens", "loss_valid_tokens", "non_pad_tokens")}
+    if spec.producer == REFERENCE:
+        out["loss_valid_tokens"] = int(counts.get("mask_sum", 0))
+        if spec.eos_id is not None and spec.pad_id is not None:
+            out["non_pad_tokens"] = int(counts.get("input_ids_not_eos_or_pad", 0))
+        else:
+            del out["non_pad_tokens"]
+    return out
+
+
+def _same(claimed: Any, recount: Any) -> bool:
+    if isinstance(recount, float):
+        return (isinstance(claimed, (int, float)) and not isinstance(claimed, bool)
+                and abs(claimed - recount) <= _FACTOR_TOLERANCE)
+    return claimed == recount
 
 
 def _mismatch(where: str, key: str, claimed: Any, recount: Any) -> str:
@@ -426,7 +652,7 @@ def check_stats(params: Mapping, counts: Mapping[str, int], spec: DatasetSpec, *
     for key, value in expected_post_process(counts, spec).items():
         if key not in post:
             problems.append(f"post-process.{key} is missing")
-        elif post[key] != value:
+        elif not _same(post[key], value):
             problems.append(_mismatch("post-process", key, post[key], value))
     if spec.producer == REFERENCE and spec.mode == SUMMARIZATION:
         notes.append("reference Summarization: num_pad_tokens and num_masked_tokens checked with the reference's "
@@ -434,6 +660,9 @@ def check_stats(params: Mapping, counts: Mapping[str, int], spec: DatasetSpec, *
     if spec.producer == REFERENCE and spec.mode == FIM:
         notes.append("reference FIM: num_pad_tokens checked as the count of input ids equal to pad_id "
                      "(SPEC §1h-16)")
+    if spec.producer == REFERENCE and spec.vsl:
+        notes.append("reference VSL: its post-process records no token counts, only n_examples is recounted there "
+                     "(MODES.md §A4)")
 
     # Formulas that hold between the post-process keys themselves.
     n_claimed = post.get("n_examples")
@@ -450,8 +679,11 @@ def check_stats(params: Mapping, counts: Mapping[str, int], spec: DatasetSpec, *
 
     h5s = params.get("h5_dataset_stats")
     if isinstance(h5s, Mapping):
-        for key in ("num_sequences", "num_tokens", "loss_valid_tokens", "non_pad_tokens"):
-            want = int(counts.get(key, 0))
+        if spec.producer == REFERENCE:
+            notes.append("reference h5_dataset_stats checked in its conventions (MODES.md §A0): loss_valid_tokens = "
+                         "the mask row summed, non_pad_tokens = input ids neither EOS nor pad, detokenized_* = "
+                         "whole input rows decoded, padding included")
+        for key, want in expected_h5_dataset_stats(counts, spec).items():
             if key not in h5s:
                 problems.append(f"h5_dataset_stats.{key} is missing")
             elif h5s[key] != want:
@@ -493,7 +725,8 @@ def check_stats(params: Mapping, counts: Mapping[str, int], spec: DatasetSpec, *
     elif spec.producer == OURS:
         problems.append("input section is missing")
     if spec.producer == REFERENCE:
-        notes.append("reference output: no h5_dataset_stats/input/files sections; document counters "
+        missing = "/".join(k for k in ("h5_dataset_stats", "input", "files") if not isinstance(params.get(k), Mapping))
+        notes.append(f"reference output: {'no ' + missing + ' sections; ' if missing else ''}document counters "
                      "(processed/discarded/successful) and raw/normalized counts are not recountable from the files")
     return problems, notes
 
@@ -509,6 +742,12 @@ def check_config(params: Optional[Mapping], spec: DatasetSpec, *, file_msls: Seq
     """
     problems: list[str] = []
     notes: list[str] = []
+    if params is not None and "features" in params:
+        features = params["features"]
+        if not _is_feature_list(features):
+            problems.append(f"features is {features!r}, not a list of feature names")
+        elif spec.mode is not None and tuple(features) != mode_features(spec.mode):
+            problems.append(f"features is {features}, but {spec.mode} rows hold {list(mode_features(spec.mode))}")
     msls = sorted(set(file_msls))
     if len(msls) > 1:
         problems.append(f"files hold rows of different lengths: {msls}")

@@ -4,6 +4,13 @@
     for batch in H5Dataset("gs://bucket/out", host_index=rank, num_hosts=world, batch_size=8,
                            drop_remainder=True):
         batch["input_ids"], batch["attention_mask"], batch["labels"]  # int32 [8, msl] each
+        batch["attention_span"], batch["position_ids"]  # VSL datasets only
+
+Rows are dicts by feature name, the names data_params.json's `features`
+lists in row order; without that list (older outputs, the reference's), the
+three of LMData / Summarization / FIM, or the five of VSL when
+`setup.mode` / `setup.dataset_processor` names a VSL mode, or when there is
+no data_params.json, as many as the first file holds.
 
 Files are read in name order, digit runs compared as numbers (so
 `examples_100000.h5` follows `examples_99999.h5`), rows in file order.
@@ -34,16 +41,18 @@ import fsspec
 import h5py
 import numpy as np
 
+from transforms.core.features import LM_FEATURES, VSL_FEATURES
 from transforms.core.tokenizer import Tokenizer, build_tokenizer
 from transforms.core.verify import FileLayout
 from transforms.io import fs
 from transforms.io.tokenizer_files import read_tokenizer_files
 
 __all__ = ["H5Dataset", "iter_dataset", "list_h5_files", "host_files", "open_dataset_params", "open_h5",
-           "file_layout", "iter_row_blocks", "open_dataset_tokenizer", "PARAMS_FILE", "KEYS"]
+           "file_layout", "iter_row_blocks", "open_dataset_tokenizer", "feature_names", "PARAMS_FILE", "KEYS"]
 
 PARAMS_FILE = "data_params.json"
-KEYS = ("input_ids", "attention_mask", "labels")
+KEYS = LM_FEATURES  # the features of a 3-feature row (LMData, Summarization, FIM)
+_VSL_SETUPS = ("LMData_VSL", "Summarization_VSL", "VSLLMDataPreprocessor", "VSLSummarizationPreprocessor")
 _BLOCK_BYTES = 16 << 20  # rows read per h5py call: about this many bytes
 
 
@@ -97,7 +106,7 @@ def file_layout(f: h5py.File, name: str) -> FileLayout:
 
 def iter_row_blocks(dataset: h5py.Dataset, start: int = 0, stop: Optional[int] = None
                     ) -> Iterator[tuple[int, np.ndarray]]:
-    """(index of the first row, rows) blocks of a [n, 3, msl] dataset, bounded in memory."""
+    """(index of the first row, rows) blocks of a [n, F, msl] dataset, bounded in memory."""
     n = dataset.shape[0] if stop is None else min(stop, dataset.shape[0])
     row_bytes = max(1, int(np.prod(dataset.shape[1:])) * dataset.dtype.itemsize)
     step = max(1, _BLOCK_BYTES // row_bytes)
@@ -120,6 +129,20 @@ def host_files(files: list[str], host_index: int = 0, num_hosts: int = 1, remain
     return kept[host_index::num_hosts]
 
 
+def feature_names(params: Optional[dict], file_features: Optional[int] = None) -> tuple[str, ...]:
+    """The names of a row's features, in order (module docstring). `file_features`: what the first file
+    holds, used only when there is no data_params.json."""
+    if params is None:
+        return VSL_FEATURES if file_features == len(VSL_FEATURES) else LM_FEATURES
+    listed = params.get("features")
+    if isinstance(listed, list) and listed and all(isinstance(name, str) for name in listed):
+        return tuple(listed)
+    setup = params.get("setup") or {}
+    if setup.get("mode") in _VSL_SETUPS or setup.get("dataset_processor") in _VSL_SETUPS:
+        return VSL_FEATURES
+    return LM_FEATURES
+
+
 def _rows_of(path: str) -> int:
     with open_h5(path) as f:
         return int(f["data"].shape[0])
@@ -137,6 +160,15 @@ class H5Dataset:
         self.files = host_files(self.all_files, host_index, num_hosts, remainder)
         self.batch_size = batch_size
         self.drop_remainder = drop_remainder
+        try:
+            params: Optional[dict] = open_dataset_params(out_dir)
+        except (FileNotFoundError, ValueError):  # absent or not JSON: names from the first file's shape
+            params = None
+        first = None
+        if params is None and self.all_files:
+            with open_h5(self.all_files[0]) as f:
+                first = int(f["data"].shape[1])
+        self.features = feature_names(params, first)  # the keys of every row
         self._limit: Optional[int] = None
         if equal_rows and num_hosts > 1:
             per_host = [sum(_rows_of(p) for p in host_files(self.all_files, h, num_hosts, remainder))
@@ -160,9 +192,13 @@ class H5Dataset:
         left = self._limit
         for path in self.files:
             with open_h5(path) as f:
-                for _, block in iter_row_blocks(f["data"], stop=left):
+                data = f["data"]
+                if data.ndim != 3 or data.shape[1] != len(self.features):
+                    raise ValueError(f"{path}: rows of shape {data.shape[1:]}, but the dataset's features are "
+                                     f"{len(self.features)} ({', '.join(self.features)})")
+                for _, block in iter_row_blocks(data, stop=left):
                     for row in block:
-                        yield {k: row[i] for i, k in enumerate(KEYS)}
+                        yield {k: row[i] for i, k in enumerate(self.features)}
                     if left is not None:
                         left -= len(block)
             if left is not None and left <= 0:
@@ -183,7 +219,7 @@ class H5Dataset:
 
 
 def _stack(rows: list[dict]) -> dict[str, np.ndarray]:
-    return {k: np.stack([r[k] for r in rows]) for k in KEYS}
+    return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
 
 
 def iter_dataset(out_dir: str, **options: Any) -> Iterator[dict[str, np.ndarray]]:
@@ -259,7 +295,8 @@ def open_dataset_tokenizer(out_dir: str, params: Optional[dict], **overrides: Op
         return None, f"cannot rebuild the tokenizer ({kind}): {e}"
     mode = ((params or {}).get("setup") or {}).get("mode") or ""
     processor = ((params or {}).get("setup") or {}).get("dataset_processor") or ""
-    summarization = mode == "Summarization" or processor == "SummarizationPreprocessor"
+    summarization = (mode in ("Summarization", "Summarization_VSL")
+                     or processor in ("SummarizationPreprocessor", "VSLSummarizationPreprocessor"))
     try:
         tok_files = read_tokenizer_files(kind, **files, eos_id=proc.get("eos_id"), pad_id=proc.get("pad_id"),
                                          sep_token=dataset.get("sep_token") if summarization else None)

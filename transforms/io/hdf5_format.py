@@ -1,9 +1,9 @@
 """The on-disk format of one shard, apart from naming and committing.
 
 What the Cerebras HDF5 dataloader requires: a `.h5` file with one dataset
-`data`, int32 `[n, 3, msl]` (input_ids, attention_mask, labels), chunked one
-sample per chunk `(1, 3, msl)`, gzip-compressed, and a file attribute
-`n_examples` equal to n. Written so that equal rows give equal bytes: no
+`data`, int32 `[n, F, msl]` (F features: input_ids, attention_mask, labels,
+and for VSL attention_span, position_ids), chunked one sample per chunk
+`(1, F, msl)`, gzip-compressed, and a file attribute `n_examples` equal to n. Written so that equal rows give equal bytes: no
 object timestamps (`track_times=False`) and a fixed library format.
 """
 
@@ -18,6 +18,7 @@ import numpy as np
 
 from transforms.core.encoded import EncodedRows
 from transforms.core.threads import machine_cpus
+from transforms.io.vsl_chunks import compress_vsl_row
 
 __all__ = ["write_shard", "write_chunks", "encode_batches", "compress_chunk", "iter_shard", "shard_n_examples",
            "DATASET", "GZIP_LEVEL", "WRITE_BATCH_ROWS"]
@@ -31,42 +32,51 @@ _ROWS_PER_TASK = 64  # rows per thread-pool task: amortizes the task overhead
 
 
 def write_shard(path: str, rows: np.ndarray, *, level: int = GZIP_LEVEL) -> None:
-    """Write rows ([n, 3, msl], values that fit int32) to a local path."""
+    """Write rows ([n, F, msl], values that fit int32) to a local path."""
     rows = np.asarray(rows)
-    if rows.ndim != 3 or rows.shape[1] != 3:
-        raise ValueError(f"rows must be [n, 3, msl], got {rows.shape}")
-    n, _, msl = rows.shape
+    if rows.ndim != 3 or not rows.shape[1]:
+        raise ValueError(f"rows must be [n, features, msl], got {rows.shape}")
+    n, features, msl = rows.shape
     encoded = encode_batches((rows[i:i + WRITE_BATCH_ROWS] for i in range(0, n, WRITE_BATCH_ROWS)), level=level)
-    write_chunks(path, n, msl, (encoded.chunk(i) for i in range(n)), level=level)
+    write_chunks(path, n, msl, (encoded.chunk(i) for i in range(n)), level=level, features=features)
 
 
 def compress_chunk(row: np.ndarray, level: int = GZIP_LEVEL) -> bytes:
-    """What HDF5's gzip filter stores for one chunk (one [3, msl] row): zlib at `level`, default window."""
+    """What HDF5's gzip filter stores for one chunk (one [F, msl] row): zlib at `level`, default window."""
     return zlib.compress(np.ascontiguousarray(row, dtype="<i4").tobytes(), level)
 
 
-def _compress_rows(rows: np.ndarray, level: int) -> list[bytes]:
+def _compress_rows(rows: np.ndarray, level: int, segments: Optional[list] = None) -> list[bytes]:
+    if segments is not None:
+        return [compress_vsl_row(row, lengths, level) for row, lengths in zip(rows, segments)]
     return [compress_chunk(row, level) for row in rows]
 
 
-def encode_batches(batches: Iterable[np.ndarray], *, on_batch: Optional[Callable[[np.ndarray], None]] = None,
+def encode_batches(batches: Iterable, *, on_batch: Optional[Callable[[np.ndarray], None]] = None,
                    level: int = GZIP_LEVEL, threads: int = 0) -> EncodedRows:
-    """Consecutive [k, 3, msl] batches of rows -> EncodedRows, one compressed chunk per row, in order.
+    """Consecutive [k, F, msl] batches of rows -> EncodedRows, one compressed chunk per row, in order.
 
-    Each batch is compressed on a thread pool (zlib releases the GIL) while
-    `on_batch` looks at it (statistics) and the caller builds the next one.
+    A batch is an array of rows, or (VSL) a pair (rows [k, 5, msl], the
+    segment lengths of each row), whose chunks take their spans and
+    positions precompressed (transforms.io.vsl_chunks). Each batch is
+    compressed on a thread pool (zlib releases the GIL) while `on_batch`
+    looks at it (statistics) and the caller builds the next one.
     """
     threads = threads or machine_cpus()
     chunks: list[bytes] = []
     with ThreadPoolExecutor(threads, thread_name_prefix="compress") as pool:
         pending: list = []
         for batch in batches:
+            segments = None
+            if isinstance(batch, tuple):
+                batch, segments = batch
             batch = np.asarray(batch)
             if batch.dtype != np.int32:
                 if batch.size and (batch.min() < np.iinfo(np.int32).min or batch.max() > np.iinfo(np.int32).max):
                     raise ValueError("row values do not fit int32")
                 batch = batch.astype(np.int32)
-            submitted = [pool.submit(_compress_rows, batch[i:i + _ROWS_PER_TASK], level)
+            submitted = [pool.submit(_compress_rows, batch[i:i + _ROWS_PER_TASK], level,
+                                     None if segments is None else segments[i:i + _ROWS_PER_TASK])
                          for i in range(0, len(batch), _ROWS_PER_TASK)]
             if on_batch is not None:
                 on_batch(batch)
@@ -78,8 +88,10 @@ def encode_batches(batches: Iterable[np.ndarray], *, on_batch: Optional[Callable
     return EncodedRows.from_chunks(chunks)
 
 
-def write_chunks(path: str, n: int, msl: int, chunks: Iterable, *, level: int = GZIP_LEVEL) -> None:
-    """Write n rows given as their compressed chunks (bytes-like, from `compress_chunk` at `level`), in order.
+def write_chunks(path: str, n: int, msl: int, chunks: Iterable, *, level: int = GZIP_LEVEL,
+                 features: int = 3) -> None:
+    """Write n rows of `features` x msl, given as their compressed chunks (bytes-like, from `compress_chunk`
+    at `level`), in order.
 
     `write_direct_chunk` stores exactly what h5py's gzip filter would have
     produced for the row; a fixed write order gives a fixed file.
@@ -87,9 +99,9 @@ def write_chunks(path: str, n: int, msl: int, chunks: Iterable, *, level: int = 
     with h5py.File(path, "w", libver=("earliest", "v110"), track_order=False) as f:
         data = f.create_dataset(
             DATASET,
-            shape=(n, 3, msl),
+            shape=(n, features, msl),
             dtype="i4",
-            chunks=(1, 3, msl) if n else None,
+            chunks=(1, features, msl) if n else None,
             compression="gzip" if n else None,
             compression_opts=level if n else None,
             track_times=False,

@@ -130,8 +130,11 @@ class _EncodeFn(beam.DoFn):
     @staticmethod
     def _batches(block):
         if isinstance(block, WindowBlock):
+            segments = getattr(block.windows, "segment_lengths", None)  # VSL: chunks made of ramp pieces
             for i in range(0, len(block), WRITE_BATCH_ROWS):
-                yield block.windows.rows_between(i, min(i + WRITE_BATCH_ROWS, len(block)))
+                hi = min(i + WRITE_BATCH_ROWS, len(block))
+                rows = block.windows.rows_between(i, hi)
+                yield rows if segments is None else (rows, segments(i, hi))
         elif isinstance(block, RowBlock):
             for i in range(0, len(block.rows), WRITE_BATCH_ROWS):
                 yield block.rows[i:i + WRITE_BATCH_ROWS]
@@ -231,10 +234,12 @@ class _FileRows:
 
 
 class _WriteShardFn(beam.DoFn):
-    def __init__(self, output_dir: str, output_name: str, max_seq_length: int, gzip_level: int, keep_existing: bool):
+    def __init__(self, output_dir: str, output_name: str, max_seq_length: int, features: int, gzip_level: int,
+                 keep_existing: bool):
         self._output_dir = output_dir
         self._output_name = output_name
         self._msl = max_seq_length
+        self._features = features
         self._level = gzip_level
         self._keep_existing = keep_existing
         self._written = beam.metrics.Metrics.counter("write", "sequences")
@@ -259,7 +264,7 @@ class _WriteShardFn(beam.DoFn):
                     yield batch.chunk(k)
 
         tmp = os.path.join(fs.local_scratch_dir(self._output_dir), fs.unique_temp_name(name))
-        write_chunks(tmp, len(rows), self._msl, chunks(), level=self._level)
+        write_chunks(tmp, len(rows), self._msl, chunks(), level=self._level, features=self._features)
         n = shard_n_examples(tmp)  # n_examples as the file says it
         fs.commit_local_file(tmp, final)
         seconds["write"] = time.perf_counter() - started
@@ -271,13 +276,14 @@ class WriteHdf5Shards(beam.PTransform):
     """PCollection[EncodedBlock] -> PCollection[ShardResult], one per committed file."""
 
     def __init__(self, *, output_dir: str, output_name: str, files_per_record: int, num_output_files=None,
-                 shuffle_seed: Optional[int] = None, max_seq_length: int, gzip_level: int = GZIP_LEVEL,
-                 keep_existing: bool = False):
+                 shuffle_seed: Optional[int] = None, max_seq_length: int, features: int = 3,
+                 gzip_level: int = GZIP_LEVEL, keep_existing: bool = False):
+        """features: rows are [features, max_seq_length] (3, or 5 for VSL)."""
         super().__init__()
         self._files_per_record = files_per_record
         self._num_output_files = num_output_files
         self._shuffle_seed = shuffle_seed
-        self._fn = _WriteShardFn(output_dir, output_name, max_seq_length, gzip_level, keep_existing)
+        self._fn = _WriteShardFn(output_dir, output_name, max_seq_length, features, gzip_level, keep_existing)
 
     def expand(self, blocks):
         layout = (

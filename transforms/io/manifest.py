@@ -12,6 +12,7 @@ from typing import Optional
 
 import apache_beam as beam
 
+from transforms.core.features import LM_FEATURES, VSL_FEATURES
 from transforms.core.stats import (H5_ROWS, ROWS_DROPPED, Stats, check_accounting, h5_stats_section, input_section,
                                    merge, post_process_section)
 from transforms.core.timing import TIME_PREFIX
@@ -41,18 +42,20 @@ class MergeStats(beam.CombineFn):
 
 
 def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad_id: int, vocab_size: int,
-                 extra: dict, dead_letters: Optional[int] = None) -> dict:
+                 extra: dict, dead_letters: Optional[int] = None, features: tuple = LM_FEATURES) -> dict:
     """data_params.json's content; raises if the files, the dead letters and the counts disagree.
 
     `dead_letters`: records written to OUT/dead_letter (None: not checked).
+    `features`: the names of a row's features, in order (Cerebras 2.10's loaders read them from here).
     """
     written = Counter(stats.with_prefix(H5_ROWS))
     in_files = sum(s.num_sequences for s in shards)
     if written["num_sequences"] != in_files:
         raise RuntimeError(f"{in_files} rows in the committed files, but {written['num_sequences']} were encoded")
     params = {k: dict(v) for k, v in sections.items()}
+    params["features"] = list(features)
     params["post-process"] = post_process_section(stats, written, eos_id=eos_id, pad_id=pad_id,
-                                                  vocab_size=vocab_size)
+                                                  vocab_size=vocab_size, vsl=tuple(features) == VSL_FEATURES)
     params["h5_dataset_stats"] = h5_stats_section(written)
     params["input"] = input_section(stats)
     rows_dropped = stats.with_prefix(ROWS_DROPPED)
@@ -78,8 +81,8 @@ def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad
 
 
 def _finalize(shards: list, stats: Stats, dead_letters: int, output_dir: str, sections: dict, ids: dict,
-              extra: dict) -> dict:
-    params = build_params(shards, stats, sections, extra=extra, dead_letters=dead_letters, **ids)
+              extra: dict, features: tuple) -> dict:
+    params = build_params(shards, stats, sections, extra=extra, dead_letters=dead_letters, features=features, **ids)
     fs.write_text_atomic(fs.join(output_dir, PARAMS_FILE), json.dumps(params, indent=4, sort_keys=True) + "\n")
     fs.remove_tree(fs.join(output_dir, fs.TMP_DIR))
     return params
@@ -89,8 +92,9 @@ class WriteDatasetParams(beam.PTransform):
     """PCollection[ShardResult] (+ stats, dead-letter count) -> the params dict, after writing it."""
 
     def __init__(self, *, output_dir: str, sections: dict, eos_id: int, pad_id: int, vocab_size: int,
-                 stats, dead_letters, extra: dict):
+                 stats, dead_letters, extra: dict, features: tuple = LM_FEATURES):
         super().__init__()
+        self._features = tuple(features)
         self._output_dir = output_dir
         self._sections = sections
         self._ids = {"eos_id": eos_id, "pad_id": pad_id, "vocab_size": vocab_size}
@@ -106,5 +110,5 @@ class WriteDatasetParams(beam.PTransform):
                 _finalize,
                 beam.pvalue.AsSingleton(self._stats),
                 beam.pvalue.AsSingleton(self._dead_letters),
-                self._output_dir, self._sections, self._ids, self._extra)
+                self._output_dir, self._sections, self._ids, self._extra, self._features)
         )

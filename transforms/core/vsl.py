@@ -1,0 +1,357 @@
+"""VSL (variable sequence length) rows: documents packed whole into rows, each keeping its own positions.
+
+A row holds several document *segments* back to back. Each segment is
+shifted on its own, so no position predicts across a document boundary, and
+carries its own attention span and position ids (Cerebras 2.1.1's
+per-document script, MODES.md §A1.5). A segment of tokens t (n = len(t) - 1
+positions) contributes:
+
+    input_ids       t[:-1]
+    attention_mask  1 ... 1            (Summarization_VSL: 0 on the prompt, 1 from the position
+                                        whose label is the first completion token)
+    labels          t[1:]
+    attention_span  n-1, n-2, ..., 0   (how many later positions of the same document may attend to it)
+    position_ids    0, 1, ..., n-1
+
+and padding fills the row: pad in ids and labels, 0 in span and positions,
+mask 0 (`inverted_mask` flips the whole mask row, padding included). For
+example, msl = 8 and the documents [1 2 3 E] and [4 5 E] (E = eos, P = pad):
+
+    input_ids       1 2 3 4 5 P P P
+    attention_mask  1 1 1 1 1 0 0 0
+    labels          2 3 E 5 E P P P
+    attention_span  2 1 0 1 0 0 0 0
+    position_ids    0 1 2 0 1 0 0 0
+
+What goes into the segments is exactly the reference's (the 2.1.1 script):
+LMData_VSL drops documents shorter than `min_sequence_len`, draws one
+`short_seq_prob` number per remaining document, and folds a document longer
+than msl + 1 tokens into windows of msl + 1 tokens with stride msl (window k
+ends with the token window k + 1 starts with, so every prediction is kept);
+Summarization_VSL keeps a record whose positions |P| (+1 sep) + |C| fit msl.
+
+Where segments go is ours (`pack_bins`): best-fit decreasing within a
+packing group, a rule of the group's content alone.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import random
+from collections import Counter
+from typing import Optional, Sequence
+
+import numpy as np
+
+from transforms.core.features import ATTENTION_MASK, ATTENTION_SPAN, INPUT_IDS, LABELS, POSITION_IDS, VSL_FEATURES
+
+__all__ = ["VslConfig", "Segments", "PackedRows", "lm_segments", "summarization_segments", "pack_bins",
+           "pack_segments", "vsl_lm_batch", "vsl_summarization_batch", "DROP_MIN_LEN", "DROP_NOT_FOLDED",
+           "DROP_SINGLE_TOKEN", "DROP_TOO_LONG", "DROP_TOO_SHORT"]
+
+# Why a document (record) produced no segment.
+DROP_MIN_LEN = "shorter_than_min_sequence_len"  # LMData_VSL: fewer tokens (EOS included) than min_sequence_len
+DROP_NOT_FOLDED = "longer_than_max_seq_length"  # LMData_VSL with fold_long_doc False: over msl + 1 tokens
+DROP_SINGLE_TOKEN = "no_token_to_predict"  # one token: no position to train
+DROP_TOO_LONG = "too_long"  # Summarization_VSL: more positions than msl
+DROP_TOO_SHORT = "shorter_than_min_sequence_len"  # Summarization_VSL: fewer positions than min_sequence_len
+
+
+@dataclasses.dataclass(frozen=True)
+class VslConfig:
+    max_seq_length: int
+    pad_id: int
+    min_sequence_len: int = 10
+    short_seq_prob: float = 0.0  # LMData_VSL only
+    fold_long_doc: bool = True  # LMData_VSL only
+    pack_sequences: bool = True  # False: every segment is a row of its own
+    inverted_mask: bool = False
+    eos_id: Optional[int] = None  # Summarization_VSL: the label after the completion
+    sep_id: Optional[int] = None  # Summarization_VSL: between prompt and completion
+
+
+@dataclasses.dataclass
+class Segments:
+    """The segments of one packing group, in input order.
+
+    Segment i is tokens[starts[i] : starts[i] + positions[i] + 1]: `positions[i]`
+    inputs, each labelled by the token after it. Its first trained position is
+    `mask_from[i]` (0 for LMData_VSL; for Summarization_VSL the position whose
+    label is the first completion token).
+    """
+
+    tokens: np.ndarray  # int32
+    starts: np.ndarray  # int64
+    positions: np.ndarray  # int64, each in [1, msl]
+    mask_from: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+def _segments(tokens: np.ndarray, starts: list, positions: list, mask_from: Optional[list] = None) -> Segments:
+    n = len(starts)
+    return Segments(tokens=tokens, starts=np.array(starts, dtype=np.int64).reshape(n),
+                    positions=np.array(positions, dtype=np.int64).reshape(n),
+                    mask_from=np.array(mask_from, dtype=np.int64).reshape(n) if mask_from is not None
+                    else np.zeros(n, dtype=np.int64))
+
+
+def lm_segments(docs: Sequence[np.ndarray], cfg: VslConfig, rng: Optional[random.Random] = None,
+                flat: Optional[np.ndarray] = None) -> tuple[Segments, int, Counter]:
+    """LMData_VSL: (segments, documents used, documents dropped by reason) of one packing group.
+
+    `docs` are token arrays that already end in EOS; `flat`, if given, is them
+    back to back (int32), used as the segments' token array without a copy.
+    `rng` feeds short_seq_prob and must be seeded from the group's identity.
+
+    Per document of L tokens, in order (the reference's order of checks):
+    L < min_sequence_len: dropped. Otherwise one draw of rng.random(); under
+    short_seq_prob the document is cut to its first randint(2, msl) tokens and
+    never folded. Then L > msl + 1: dropped unless fold_long_doc, else windows
+    [k*msl, k*msl + msl + 1) while they are full, and the rest from the first
+    start that leaves at most msl + 1 tokens, when it holds two or more.
+    """
+    msl = cfg.max_seq_length
+    lengths = [len(d) for d in docs]
+    if flat is None:
+        flat = np.concatenate(docs).astype(np.int32, copy=False) if docs else np.zeros(0, np.int32)
+    elif flat.dtype != np.int32 or len(flat) != sum(lengths):
+        raise ValueError("flat must be the documents' int32 tokens back to back")
+    draws = rng is not None and cfg.short_seq_prob > 0.0
+    starts: list = []
+    positions: list = []
+    dropped: Counter = Counter()
+    used = 0
+    offset = 0
+    for length in lengths:
+        start, offset = offset, offset + length
+        if length < cfg.min_sequence_len:
+            dropped[DROP_MIN_LEN] += 1
+            continue
+        if draws and rng.random() < cfg.short_seq_prob:
+            length = min(length, rng.randint(2, msl))
+        elif length > msl + 1:
+            if not cfg.fold_long_doc:
+                dropped[DROP_NOT_FOLDED] += 1
+                continue
+            # Full windows from every start k*msl that leaves more than msl tokens, then the rest: 1 to msl
+            # tokens, of which a single one was the last window's final label already (no segment of its own).
+            full = (length - 1) // msl
+            starts.extend(range(start, start + full * msl, msl))
+            positions.extend([msl] * full)
+            used += 1
+            start, length = start + full * msl, length - full * msl
+            if length >= 2:
+                starts.append(start)
+                positions.append(length - 1)
+            continue
+        if length < 2:
+            dropped[DROP_SINGLE_TOKEN] += 1
+            continue
+        starts.append(start)
+        positions.append(length - 1)
+        used += 1
+    return _segments(flat, starts, positions), used, dropped
+
+
+def summarization_segments(pairs: Sequence[tuple[np.ndarray, np.ndarray]], cfg: VslConfig
+                           ) -> tuple[Segments, int, Counter]:
+    """Summarization_VSL: (segments, records used, records dropped by reason) of one packing group.
+
+    A record (P, C) becomes the tokens P (+ [sep]) + C + [eos]: |P| (+1) + |C|
+    positions, kept when that is at most msl and at least min_sequence_len
+    (the reference's limits: the EOS is only a label, so it takes no position).
+    Its loss starts at the position whose label is C's first token, or at 0
+    when there is no prompt and no sep (where the reference crashes).
+    """
+    msl = cfg.max_seq_length
+    sep = [] if cfg.sep_id is None else [cfg.sep_id]
+    if cfg.eos_id is None:
+        raise ValueError("Summarization_VSL needs eos_id")
+    kept, dropped = [], Counter()
+    for prompt, completion in pairs:
+        total = len(prompt) + len(sep) + len(completion)
+        if total > msl:
+            dropped[DROP_TOO_LONG] += 1
+        elif total < cfg.min_sequence_len:
+            dropped[DROP_TOO_SHORT] += 1
+        elif total < 1:
+            dropped[DROP_SINGLE_TOKEN] += 1
+        else:
+            kept.append((prompt, completion))
+    lengths = [len(p) + len(sep) + len(c) + 1 for p, c in kept]
+    tokens = np.empty(sum(lengths), dtype=np.int32)
+    starts, positions, mask_from = [], [], []
+    pos = 0
+    for (prompt, completion), length in zip(kept, lengths):
+        starts.append(pos)
+        positions.append(length - 1)
+        mask_from.append(max(len(prompt) + len(sep) - 1, 0))
+        for part in (prompt, sep, completion):
+            tokens[pos:pos + len(part)] = part
+            pos += len(part)
+        tokens[pos] = cfg.eos_id
+        pos += 1
+    return _segments(tokens, starts, positions, mask_from), len(kept), dropped
+
+
+def pack_bins(costs: Sequence[int], capacity: int) -> tuple[np.ndarray, int]:
+    """Best-fit decreasing: (the bin of every item, number of bins).
+
+    Items are taken by decreasing cost (ties in input order) and each goes
+    into the open bin with the least room that still fits it, or a new bin;
+    among bins with equal room, the one that reached it last. Bins are
+    numbered in the order they are opened. The result depends only on the
+    costs in input order.
+
+    The room of the open bins is kept as a sorted list of the distinct
+    amounts (at most `capacity` of them) with the bins that have each, so an
+    item costs one binary search, never a scan of the open bins:
+    O(n log n) for the sort plus O(n log capacity).
+
+    >>> pack_bins([5, 5, 2], 8)   # 5 -> bin 0, 5 -> bin 1, 2 -> the fuller of two bins with room 3
+    (array([0, 1, 1]), 2)
+    """
+    costs = np.asarray(costs, dtype=np.int64)
+    if len(costs) and (costs.min() < 1 or costs.max() > capacity):
+        raise ValueError(f"every cost must be within [1, {capacity}]")
+    order = np.argsort(-costs, kind="stable")
+    bin_of = np.empty(len(costs), dtype=np.int64)
+    rooms: list[int] = []  # sorted distinct room amounts of the open bins that are not full
+    bins_with: dict[int, list[int]] = {}  # room -> bins with exactly that much, the last to reach it last
+    opened = 0
+    for i, cost in zip(order.tolist(), costs[order].tolist()):
+        k = bisect.bisect_left(rooms, cost)
+        if k < len(rooms):
+            room = rooms[k]
+            holders = bins_with[room]
+            b = holders.pop()
+            if not holders:
+                del bins_with[room]
+                del rooms[k]
+        else:
+            b, room = opened, capacity
+            opened += 1
+        bin_of[i] = b
+        room -= cost
+        if room:
+            holders = bins_with.get(room)
+            if holders is None:
+                bins_with[room] = [b]
+                bisect.insort(rooms, room)
+            else:
+                holders.append(b)
+    return bin_of, opened
+
+
+class PackedRows:
+    """The rows of one packing group, described by where each segment goes, and built a batch at a time.
+
+    Row r holds the segments of bin r in input order, back to back from
+    position 0; rows are in the order their bins were opened.
+    """
+
+    def __init__(self, segments: Segments, row_of: np.ndarray, n_rows: int, config: VslConfig):
+        self.segments = segments
+        self.config = config
+        self.n_rows = n_rows
+        # Segments by (row, input order): the segments of rows [lo, hi) are one run of this order.
+        self._order = np.argsort(row_of, kind="stable")
+        self._bounds = np.searchsorted(row_of[self._order], np.arange(n_rows + 1))
+        self._positions = segments.positions[self._order]
+        self._used = np.add.reduceat(self._positions, self._bounds[:-1]) if n_rows else np.zeros(0, np.int64)
+        if n_rows and (self._used.max() > config.max_seq_length or np.any(np.diff(self._bounds) == 0)):
+            raise AssertionError("every row holds one or more segments and at most max_seq_length positions")
+        self._padding = np.zeros((len(VSL_FEATURES), config.max_seq_length), dtype=np.int32)
+        self._padding[[INPUT_IDS, LABELS]] = config.pad_id
+
+    def __len__(self) -> int:
+        return self.n_rows
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self.rows_between(0, self.n_rows)
+
+    def segment_lengths(self, lo: int, hi: int) -> list[np.ndarray]:
+        """Per row lo..hi, the positions of its segments, in row order."""
+        return [self._positions[a:b] for a, b in zip(self._bounds[lo:hi].tolist(), self._bounds[lo + 1:hi + 1].tolist())]
+
+    def rows_between(self, lo: int, hi: int) -> np.ndarray:
+        """Rows lo..hi as int32 [hi - lo, 5, msl]."""
+        cfg, seg = self.config, self.segments
+        msl, n_rows = cfg.max_seq_length, hi - lo
+        a, b = self._bounds[lo], self._bounds[hi]
+        index = self._order[a:b]
+        # The rows as pieces back to back: each row's segments, then its padding. Every position of the
+        # batch is one step over the pieces, so each feature is one gather or one subtraction, in place.
+        used = self._used[lo:hi]
+        row_of = np.repeat(np.arange(n_rows), np.diff(self._bounds[lo:hi + 1]))
+        order = np.argsort(np.concatenate([2 * row_of, 2 * np.arange(n_rows) + 1]), kind="stable")
+        pieces = np.concatenate([self._positions[a:b], msl - used])[order]
+        first = np.cumsum(pieces) - pieces
+        starts = np.concatenate([seg.starts[index], np.zeros(n_rows, np.int64)])[order]
+        mask_from = np.concatenate([seg.mask_from[index], np.zeros(n_rows, np.int64)])[order]
+        # Within a batch, positions and spans fit int32; token indices do unless a group holds 2**31 tokens.
+        wide = np.int64 if len(seg.tokens) >= 2**31 - n_rows * msl else np.int32
+        step = np.arange(n_rows * msl, dtype=wide)
+        source = np.repeat((starts - first).astype(wide), pieces)
+        source += step
+        k = step.astype(np.int32, copy=False)  # step itself when it is int32: not needed any more
+        k -= np.repeat(first.astype(np.int32), pieces)  # position within its piece
+
+        out = np.empty((n_rows, len(VSL_FEATURES), msl), dtype=np.int32)
+        shape = (n_rows, msl)
+        out[:, INPUT_IDS, :] = np.take(seg.tokens, source, mode="clip").reshape(shape)
+        source += 1
+        out[:, LABELS, :] = np.take(seg.tokens, source, mode="clip").reshape(shape)
+        out[:, POSITION_IDS, :] = k.reshape(shape)
+        span = np.repeat((pieces - 1).astype(np.int32), pieces)
+        span -= k
+        out[:, ATTENTION_SPAN, :] = span.reshape(shape)
+        if mask_from.any():
+            out[:, ATTENTION_MASK, :] = (k >= np.repeat(mask_from.astype(np.int32), pieces)).reshape(shape)
+        else:
+            out[:, ATTENTION_MASK, :] = 1
+        # Padding, where there is any: pad ids and labels, no loss, zero span and position.
+        for r in np.flatnonzero(used < msl).tolist():
+            out[r, :, used[r]:] = self._padding[:, used[r]:]
+        if cfg.inverted_mask:
+            out[:, ATTENTION_MASK, :] ^= 1
+        return out
+
+
+def pack_segments(segments: Segments, cfg: VslConfig) -> PackedRows:
+    """Segments -> rows: best-fit decreasing (`pack_bins`), or one row per segment without pack_sequences."""
+    if cfg.pack_sequences:
+        row_of, n_rows = pack_bins(segments.positions, cfg.max_seq_length)
+    else:
+        row_of, n_rows = np.arange(len(segments), dtype=np.int64), len(segments)
+    return PackedRows(segments, row_of, n_rows, cfg)
+
+
+def _window_block(batch, segments: Segments, used: int, dropped: Counter, cfg: VslConfig):
+    from transforms.core.records import WindowBlock
+
+    source = batch.group.source
+    batch.stats.add("docs_used", used, source)
+    for reason, n in dropped.items():
+        batch.stats.add(f"dropped.{reason}", n, source)
+    return WindowBlock(batch.group, pack_segments(segments, cfg), batch.stats)
+
+
+def vsl_lm_batch(batch, cfg: VslConfig, seed: int):
+    """TokenBatch of documents (ending in EOS) -> WindowBlock of PackedRows."""
+    from transforms.core.seeds import derive_seed
+
+    # Seeded by the group's identity, as LMData's short_seq_prob: no draw depends on another group.
+    rng = random.Random(derive_seed(seed, "short_seq_prob", batch.group.name))
+    segments, used, dropped = lm_segments([t[0] for t in batch.tokens], cfg, rng, flat=batch.flat)
+    return _window_block(batch, segments, used, dropped, cfg)
+
+
+def vsl_summarization_batch(batch, cfg: VslConfig):
+    """TokenBatch of (prompt ids, completion ids) -> WindowBlock of PackedRows."""
+    segments, used, dropped = summarization_segments(batch.tokens, cfg)
+    return _window_block(batch, segments, used, dropped, cfg)

@@ -1,0 +1,30 @@
+"""PackDocumentsVsl: TokenBatch -> WindowBlock of VSL rows, one independent packing per packing group."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+
+from transforms.core.timing import timed
+from transforms.core.vsl import VslConfig, vsl_lm_batch, vsl_summarization_batch
+
+__all__ = ["PackDocumentsVsl"]
+
+
+class PackDocumentsVsl(beam.PTransform):
+    """PCollection[TokenBatch] -> PCollection[WindowBlock] whose rows ([n, 5, msl]) EncodeRows builds.
+
+    LMData_VSL takes documents ending in EOS; with `summarization` the batch
+    holds (prompt ids, completion ids) pairs (Summarization_VSL). Dropped
+    documents are counted by reason in the batch's stats.
+    """
+
+    def __init__(self, config: VslConfig, *, seed: int, summarization: bool = False):
+        super().__init__()
+        self._config = config
+        self._seed = seed
+        self._summarization = summarization
+
+    def expand(self, batches):
+        if self._summarization:
+            return batches | "PackPairs" >> beam.Map(timed("pack", vsl_summarization_batch), self._config)
+        return batches | "PackDocuments" >> beam.Map(timed("pack", vsl_lm_batch), self._config, self._seed)
