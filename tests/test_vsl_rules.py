@@ -265,3 +265,154 @@ def test_pack_bins_examples_and_bad_costs():
         pack_bins([9], 8)
     with pytest.raises(ValueError):
         pack_bins([0], 8)
+
+
+# ---------------------------------------------------------------- counts, types and edges (mutation testing)
+
+
+class _Fixed(random.Random):
+    """A generator whose random() returns the given values in turn; randint draws as usual."""
+
+    def __init__(self, values):
+        super().__init__(0)
+        self._values = list(values)
+
+    def random(self):
+        return self._values.pop(0)
+
+    def getrandbits(self, k):  # defined here too, so randint keeps drawing bits, not random()
+        return super().getrandbits(k)
+
+
+def test_short_seq_prob_is_a_strict_threshold_and_needs_a_generator():
+    cfg = _cfg(8, min_sequence_len=2, short_seq_prob=0.5)
+    docs = _docs(9, 9)
+    segs, _, _ = lm_segments(docs, cfg, _Fixed([0.5, 0.4999]))
+    assert segs.positions[0] == 8  # a draw equal to short_seq_prob is no hit (the reference: random() < p)
+    cut = random.Random(0).randint(2, 8)  # the hit's randint: _Fixed draws its bits as Random(0) would
+    assert cut < 9 and segs.positions[1] == cut - 1  # the hit keeps randint(2, msl) tokens
+    segs, _, _ = lm_segments(docs, cfg, None)  # no generator: nothing is cut
+    assert segs.positions.tolist() == [8, 8]
+
+
+def test_counts_add_up_over_many_documents():
+    segs, used, dropped = lm_segments(_docs(3, 12, 3, 30, 1, 1), _cfg(8, min_sequence_len=0, fold_long_doc=False))
+    assert used == 2 and dropped == Counter({DROP_NOT_FOLDED: 2, DROP_SINGLE_TOKEN: 2})
+    segs, used, dropped = lm_segments(_docs(12, 30, 2, 2), _cfg(8, min_sequence_len=3))
+    assert used == 2 and dropped == Counter({DROP_MIN_LEN: 2}) and len(segs) == 2 + 4
+    cfg = _cfg(4, min_sequence_len=3, sep_id=SEP)
+    _, used, dropped = summarization_segments(_pairs((3, 3), (2, 3), (1, 0), (0, 1)), cfg)
+    assert used == 0 and dropped == Counter({DROP_TOO_LONG: 2, DROP_TOO_SHORT: 2})
+    one, used, dropped = summarization_segments(_pairs((0, 1), (1, 0), (0, 0), (0, 0)), _cfg(4, min_sequence_len=0))
+    assert used == 2 and one.positions.tolist() == [1, 1]  # one position is enough
+    assert dropped == Counter({DROP_SINGLE_TOKEN: 2})  # no position at all
+
+
+def test_types_of_the_segments():
+    segs, _, _ = lm_segments([d.astype(np.int64) for d in _docs(4, 20)], _cfg())
+    assert segs.tokens.dtype == np.int32
+    assert segs.starts.dtype == segs.positions.dtype == segs.mask_from.dtype == np.int64
+    empty, _, _ = lm_segments([], _cfg())
+    assert empty.tokens.dtype == np.int32 and len(empty.tokens) == 0 and len(empty) == 0
+    summ, _, _ = summarization_segments(_pairs((2, 2)), _cfg())
+    assert summ.tokens.dtype == np.int32 and summ.mask_from.dtype == np.int64
+    with pytest.raises(ValueError, match="^flat must be the documents' int32 tokens back to back$"):
+        lm_segments(_docs(3), _cfg(), flat=np.zeros(3, np.int64))
+    with pytest.raises(ValueError, match="^Summarization_VSL needs eos_id$"):
+        summarization_segments(_pairs((1, 1)), VslConfig(max_seq_length=8, pad_id=PAD))
+    with pytest.raises(ValueError, match=r"every cost must be within \[1, 8\]"):
+        pack_bins([9], 8)
+
+
+def test_a_rows_segments_keep_their_input_order_and_rows_are_checked():
+    from transforms.core.vsl import PackedRows
+
+    # 60 one-position segments fill one row of 64: quicksort would not keep them in order.
+    cfg = _cfg(64, min_sequence_len=0)
+    segs, _, _ = lm_segments(_docs(*[2] * 60), cfg)
+    packed = pack_segments(segs, cfg)
+    assert len(packed) == 1
+    row = packed.rows[0]
+    assert row[0, :60].tolist() == list(range(1, 61))
+    assert [len(x) for x in packed.segment_lengths(0, 1)] == [60]
+    several = pack_segments(lm_segments(_docs(65, 40, 30, 9), cfg)[0], cfg)
+    assert [x.tolist() for x in several.segment_lengths(1, 3)] == [[39, 8], [29]]
+    nothing = pack_segments(lm_segments([], cfg)[0], cfg)
+    assert len(nothing) == 0 and nothing.rows.shape == (0, 5, 64) and nothing.segment_lengths(0, 0) == []
+    refused = "^every row holds one or more segments and at most max_seq_length positions$"
+    with pytest.raises(AssertionError, match=refused):
+        PackedRows(segs, np.zeros(len(segs), np.int64), 1, _cfg(32, min_sequence_len=0))
+    with pytest.raises(AssertionError, match=refused):
+        PackedRows(segs, np.zeros(len(segs), np.int64), 2, cfg)
+
+
+def test_index_type():
+    from transforms.core.vsl import index_dtype
+
+    assert index_dtype(2**31 - 1, 1024 * 2048) is np.int32
+    assert index_dtype(2**31, 10) is np.int64
+    assert index_dtype(10, 2**31) is np.int64
+
+
+def _batch(name: str, docs, summarization=False):
+    from transforms.core.records import GroupId, TokenBatch
+
+    group = GroupId(file_index=0, slice_index=0, source=f"/in/{name}", relpath=name)
+    tokens = [tuple(d) for d in docs] if summarization else [(d,) for d in docs]
+    flat = None if summarization else np.concatenate(docs)
+    if flat is not None:
+        ends = np.cumsum([len(d) for d in docs])
+        tokens = [(flat[e - len(d):e],) for e, d in zip(ends, docs)]
+    return TokenBatch(group, tokens, flat=flat)
+
+
+def test_the_batch_functions_count_by_source_and_seed_by_group():
+    from transforms.core.vsl import vsl_lm_batch, vsl_summarization_batch
+
+    cfg = _cfg(8, min_sequence_len=4, short_seq_prob=0.5)
+    docs = _docs(*([12] * 40 + [2, 3]))
+    batch = _batch("a.jsonl", docs)
+    block = vsl_lm_batch(batch, cfg, seed=1)
+    assert block.group.name == "a.jsonl#0" and len(block) == block.windows.n_rows
+    assert block.windows.segments.tokens is batch.flat  # the group's token stream, not a copy
+    assert block.stats.sources["/in/a.jsonl"] == Counter({"docs_used": 40, f"dropped.{DROP_MIN_LEN}": 2})
+    assert block.stats["docs_used"] == 40
+    again = vsl_lm_batch(_batch("a.jsonl", docs), cfg, seed=1).windows.rows
+    assert np.array_equal(again, block.windows.rows)  # the same group and seed: the same draws
+    other_seed = vsl_lm_batch(_batch("a.jsonl", docs), cfg, seed=2).windows.rows
+    other_group = vsl_lm_batch(_batch("b.jsonl", docs), cfg, seed=1).windows.rows
+    assert not np.array_equal(other_seed, block.windows.rows)
+    assert not np.array_equal(other_group, block.windows.rows)
+    expected = _expected_short_seq([12] * 40 + [2, 3], 8, 4, 0.5,
+                                   __import__("transforms.core.seeds", fromlist=["x"]).derive_seed(
+                                       1, "short_seq_prob", "a.jsonl#0"))
+    assert sorted(block.windows.segments.positions.tolist()) == sorted(
+        size - 1 for sizes in expected if sizes for size in sizes)
+
+    pairs = _pairs((2, 2), (9, 9), (1, 1))
+    block = vsl_summarization_batch(_batch("p.jsonl", pairs, summarization=True), _cfg(8, min_sequence_len=3))
+    assert block.stats.sources["/in/p.jsonl"] == Counter({"docs_used": 1, f"dropped.{DROP_TOO_LONG}": 1,
+                                                          f"dropped.{DROP_TOO_SHORT}": 1})
+    assert block.windows.rows[0, 0, :4].tolist() == [1, 2, 3, 4]
+
+
+def test_segments_stay_in_input_order_within_rows_of_a_large_group():
+    rng = np.random.default_rng(5)
+    cfg = _cfg(64, min_sequence_len=0)
+    segs, _, _ = lm_segments(_docs(*rng.integers(2, 40, 400).tolist()), cfg)
+    packed = pack_segments(segs, cfg)
+    seen = {}
+    for r, row in enumerate(packed.rows):
+        real = int(row[1].sum())
+        starts = np.flatnonzero(row[4, :real] == 0)
+        firsts = row[0, starts].tolist()  # token values number the documents in input order
+        assert firsts == sorted(firsts), r
+        seen[r] = firsts
+    assert sum(len(v) for v in seen.values()) == len(segs)
+
+
+def test_padding_longer_than_the_groups_tokens():
+    # One 3-token document in a row of 64: the padding's 61 positions index nothing of the group's tokens.
+    cfg = _cfg(64, min_sequence_len=0)
+    rows = pack_segments(lm_segments(_docs(3), cfg)[0], cfg).rows
+    assert rows[0, 0].tolist() == [1, 2] + [PAD] * 62 and rows[0, 2].tolist() == [2, EOS] + [PAD] * 62

@@ -47,7 +47,7 @@ import numpy as np
 from transforms.core.features import ATTENTION_MASK, ATTENTION_SPAN, INPUT_IDS, LABELS, POSITION_IDS, VSL_FEATURES
 
 __all__ = ["VslConfig", "Segments", "PackedRows", "lm_segments", "summarization_segments", "pack_bins",
-           "pack_segments", "vsl_lm_batch", "vsl_summarization_batch", "DROP_MIN_LEN", "DROP_NOT_FOLDED",
+           "pack_segments", "index_dtype", "vsl_lm_batch", "vsl_summarization_batch", "DROP_MIN_LEN", "DROP_NOT_FOLDED",
            "DROP_SINGLE_TOKEN", "DROP_TOO_LONG", "DROP_TOO_SHORT"]
 
 # Why a document (record) produced no segment.
@@ -91,11 +91,9 @@ class Segments:
 
 
 def _segments(tokens: np.ndarray, starts: list, positions: list, mask_from: Optional[list] = None) -> Segments:
-    n = len(starts)
-    return Segments(tokens=tokens, starts=np.array(starts, dtype=np.int64).reshape(n),
-                    positions=np.array(positions, dtype=np.int64).reshape(n),
-                    mask_from=np.array(mask_from, dtype=np.int64).reshape(n) if mask_from is not None
-                    else np.zeros(n, dtype=np.int64))
+    return Segments(tokens=tokens, starts=np.array(starts, dtype=np.int64),
+                    positions=np.array(positions, dtype=np.int64),
+                    mask_from=np.array(mask_from if mask_from is not None else [0] * len(starts), dtype=np.int64))
 
 
 def lm_segments(docs: Sequence[np.ndarray], cfg: VslConfig, rng: Optional[random.Random] = None,
@@ -261,8 +259,8 @@ class PackedRows:
         self._order = np.argsort(row_of, kind="stable")
         self._bounds = np.searchsorted(row_of[self._order], np.arange(n_rows + 1))
         self._positions = segments.positions[self._order]
-        self._used = np.add.reduceat(self._positions, self._bounds[:-1]) if n_rows else np.zeros(0, np.int64)
-        if n_rows and (self._used.max() > config.max_seq_length or np.any(np.diff(self._bounds) == 0)):
+        self._used = np.bincount(row_of, weights=segments.positions, minlength=n_rows).astype(np.int64)
+        if np.any(self._used > config.max_seq_length) or np.any(np.diff(self._bounds) == 0):
             raise AssertionError("every row holds one or more segments and at most max_seq_length positions")
         self._padding = np.zeros((len(VSL_FEATURES), config.max_seq_length), dtype=np.int32)
         self._padding[[INPUT_IDS, LABELS]] = config.pad_id
@@ -276,7 +274,7 @@ class PackedRows:
 
     def segment_lengths(self, lo: int, hi: int) -> list[np.ndarray]:
         """Per row lo..hi, the positions of its segments, in row order."""
-        return [self._positions[a:b] for a, b in zip(self._bounds[lo:hi].tolist(), self._bounds[lo + 1:hi + 1].tolist())]
+        return [self._positions[self._bounds[r]:self._bounds[r + 1]] for r in range(lo, hi)]
 
     def rows_between(self, lo: int, hi: int) -> np.ndarray:
         """Rows lo..hi as int32 [hi - lo, 5, msl]."""
@@ -293,8 +291,7 @@ class PackedRows:
         first = np.cumsum(pieces) - pieces
         starts = np.concatenate([seg.starts[index], np.zeros(n_rows, np.int64)])[order]
         mask_from = np.concatenate([seg.mask_from[index], np.zeros(n_rows, np.int64)])[order]
-        # Within a batch, positions and spans fit int32; token indices do unless a group holds 2**31 tokens.
-        wide = np.int64 if len(seg.tokens) >= 2**31 - n_rows * msl else np.int32
+        wide = index_dtype(len(seg.tokens), n_rows * msl)
         step = np.arange(n_rows * msl, dtype=wide)
         source = np.repeat((starts - first).astype(wide), pieces)
         source += step
@@ -320,6 +317,12 @@ class PackedRows:
         if cfg.inverted_mask:
             out[:, ATTENTION_MASK, :] ^= 1
         return out
+
+
+def index_dtype(tokens: int, positions: int) -> type:
+    """The integer type of a batch's steps and token indices: int32 while the batch's positions and the
+    group's tokens (the largest index is the last token's, a label) are fewer than 2**31, else int64."""
+    return np.int32 if max(tokens, positions) < 2**31 else np.int64
 
 
 def pack_segments(segments: Segments, cfg: VslConfig) -> PackedRows:

@@ -38,12 +38,11 @@ _RISE, _FALL, _ZERO = 0, 1, 2
 
 def adler32_combine(adler1: int, adler2: int, len2: int) -> int:
     """The adler32 of A + B from adler32(A), adler32(B) and len(B) (zlib's adler32_combine)."""
-    rem = len2 % _BASE
-    sum1 = adler1 & 0xFFFF
-    sum2 = (rem * sum1) % _BASE
-    sum1 = (sum1 + (adler2 & 0xFFFF) + _BASE - 1) % _BASE
-    sum2 = (sum2 + (adler1 >> 16) + (adler2 >> 16) + _BASE - rem) % _BASE
-    return sum1 | (sum2 << 16)
+    # adler32 = B << 16 | A with A = 1 + sum of bytes and B = sum of the A after each byte, both mod 65521.
+    a1, b1, a2, b2 = adler1 & 0xFFFF, adler1 >> 16, adler2 & 0xFFFF, adler2 >> 16
+    a = (a1 + a2 - 1) % _BASE
+    b = (b1 + b2 + len2 * (a1 - 1)) % _BASE
+    return a | (b << 16)
 
 
 @functools.lru_cache(maxsize=16384)
@@ -71,6 +70,9 @@ def compress_vsl_row(row: np.ndarray, lengths: Sequence[int], level: int) -> byt
     deflate = zlib.compressobj(level, zlib.DEFLATED, -15)
     parts = [_HEADER, deflate.compress(data[:split]), deflate.flush(zlib.Z_SYNC_FLUSH)]
     pad = msl - int(sum(lengths))
+    if pad < 0:
+        raise ValueError(f"the row's attention spans and position ids are not the ramps of segments {list(lengths)}: "
+                         f"{msl - pad} positions in a row of {msl}")
     head = zlib.adler32(data[:split])
     checksum = head
     for kind in (_FALL, _RISE):
@@ -83,7 +85,7 @@ def compress_vsl_row(row: np.ndarray, lengths: Sequence[int], level: int) -> byt
             parts.append(blocks)
             checksum = adler32_combine(checksum, adler, 4 * pad)
     actual = zlib.adler32(data[split:], head)
-    if pad < 0 or checksum != actual:
+    if checksum != actual:
         raise ValueError(f"the row's attention spans and position ids are not the ramps of segments {list(lengths)}")
     parts.append(_FINAL)
     parts.append(actual.to_bytes(4, "big"))
