@@ -26,10 +26,12 @@ setup(
         "huggingface_hub>=0.20",
         "pyyaml>=6",
         "tqdm>=4.60",
+        "jinja2>=3.1",  # chat templates (Chat, Chat_VSL, DPO), rendered as transformers renders them
     ],
     extras_require={
         "gcp": [f"apache-beam[gcp]=={BEAM_VERSION}", "gcsfs>=2023.6"],
-        "test": ["pytest>=7", "hypothesis>=6", "gcp-storage-emulator>=2024.8"],
+        # transformers: the oracle of the chat tests only (apply_chat_template; no torch needed).
+        "test": ["pytest>=7", "hypothesis>=6", "gcp-storage-emulator>=2024.8", "transformers>=4.45"],
         "report": ["matplotlib>=3.7"],
     },
     entry_points={"console_scripts": ["create_hdf5_dataset=pipelines.create_hdf5_dataset:main"]},
