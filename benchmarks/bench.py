@@ -41,8 +41,16 @@ CONFIGS = {
     "multi_processing_2": ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"],
     "tokenizers_backend": ["--tokenizer_backend", "tokenizers"],  # ftfy_off encoded by tokenizers, for A/B
     "vsl": ["LMData_VSL"],  # ftfy_off's settings, documents packed whole into 5-feature rows
+    # The same texts as conversations (each document's paragraphs as alternating user / assistant turns of
+    # at most ~5,000 characters a conversation), with a chat model's tokenizer and template; lm_qwen is
+    # LMData over exactly those texts with that tokenizer, the baseline chat is compared with.
+    "chat": ["Chat"],
+    "lm_qwen": ["LMData"],
 }
-MODES = ("LMData", "LMData_VSL")  # a configuration may start with the mode it runs (default LMData)
+MODES = ("LMData", "LMData_VSL", "Chat")  # a configuration may start with the mode it runs (default LMData)
+QWEN = ROOT.parent / "shared" / "tokenizers" / "qwen2.5-instruct"
+CHAT_CONFIGS = {"chat": "chat", "lm_qwen": "chat_text"}  # configuration -> its input (from prepare_chat)
+BASELINES = {"vsl": "ftfy_off", "chat": "lm_qwen"}  # a mode's throughput against this configuration's
 
 
 def prepare(corpus: Path, limit_bytes: int, work: Path) -> Path:
@@ -101,12 +109,41 @@ sys.exit(code)
 """
 
 
+def prepare_chat(input_dir: Path, work: Path) -> None:
+    """The corpus as conversations (work/chat) and as their plain texts (work/chat_text), one record each."""
+    (work / "chat").mkdir()
+    (work / "chat_text").mkdir()
+    with open(work / "chat" / "a.jsonl", "w") as chats, open(work / "chat_text" / "a.jsonl", "w") as texts:
+        for line in open(input_dir / "corpus.jsonl", encoding="utf-8"):
+            paragraphs = [p for p in json.loads(line)["text"].split("\n\n") if p.strip()]
+            piece, size = [], 0
+            for p in paragraphs + [None]:
+                if piece and (p is None or size + len(p) > 5000):
+                    if len(piece) == 1:  # one paragraph: its halves are the two turns
+                        piece = [piece[0][:len(piece[0]) // 2], piece[0][len(piece[0]) // 2:]]
+                    if len(piece) % 2:
+                        piece[-2:] = ["\n\n".join(piece[-2:])]
+                    if all(x.strip() for x in piece):
+                        roles = ("user", "assistant") * len(piece)
+                        chats.write(json.dumps({"messages": [{"role": r, "content": c}
+                                                             for r, c in zip(roles, piece)]}) + "\n")
+                        texts.write(json.dumps({"text": "\n\n".join(piece)}) + "\n")
+                    piece, size = [], 0
+                if p is not None:
+                    piece.append(p)
+                    size += len(p)
+
+
 def run_config(name: str, input_dir: Path, work: Path, msl: int) -> dict:
     out = work / f"out_{name}"
     extra = CONFIGS[name]
     mode, extra = (extra[0], extra[1:]) if extra and extra[0] in MODES else ("LMData", extra)
-    args = [mode, "--input_dir", str(input_dir), "--output_dir", str(out), "--tokenizer_type", "GPT2Tokenizer",
-            "--vocab_file", str(GPT2 / "vocab.bpe"), "--encoder_file", str(GPT2 / "encoder.json"),
+    tokenizer = ["--tokenizer_type", "GPT2Tokenizer", "--vocab_file", str(GPT2 / "vocab.bpe"),
+                 "--encoder_file", str(GPT2 / "encoder.json")]
+    if name in CHAT_CONFIGS:
+        input_dir = work / CHAT_CONFIGS[name]
+        tokenizer = ["--tokenizer_type", "HuggingFaceTokenizer", "--huggingface_tokenizer", str(QWEN)]
+    args = [mode, "--input_dir", str(input_dir), "--output_dir", str(out), *tokenizer,
             "--max_seq_length", str(msl), "--display_pbar", "False", *extra]
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", MEASURE, *args], cwd=ROOT, capture_output=True, text=True)
@@ -136,6 +173,8 @@ def main() -> int:
     try:
         input_dir = prepare(args.corpus, args.limit_bytes, work)
         names = args.configs.split(",")
+        if any(name in CHAT_CONFIGS for name in names):
+            prepare_chat(input_dir, work)
         limits, fast_limits, runs = [], [], {name: [] for name in names}
         for _ in range(max(1, args.repeat)):
             slow, fast = measure_limits(input_dir)
@@ -171,17 +210,16 @@ def main() -> int:
             last = runs[name][-1]
             line(name, seconds, last["params"]["post-process"]["loss_valid_tokens"],
                  max(r["peak_rss_mb"] for r in runs[name]), last["params"].get("run", {}).get("stage_seconds", {}))
-        if "ftfy_off" in runs:
-            # A mode against LMData on the same input in the same round: the throughput it keeps.
-            base = [r["seconds"] for r in runs["ftfy_off"]]
-            for name in names:
-                if CONFIGS[name][:1] and CONFIGS[name][0] in MODES:
-                    ratios = [b / r["seconds"] for b, r in zip(base, runs[name])]
-                    last = runs[name][-1]["params"]["post-process"]
-                    print(f"\n{name}: {statistics.median(ratios):.1%} of ftfy_off's throughput (LMData, same input, "
-                          f"same round; per round {' '.join(f'{x:.1%}' for x in ratios)}); "
-                          f"{last['n_examples']} rows against {runs['ftfy_off'][-1]['params']['post-process']['n_examples']}"
-                          + (f", vsl_packing_factor {last['vsl_packing_factor']}" if "vsl_packing_factor" in last else ""))
+        for name, baseline in BASELINES.items():
+            # A mode against LMData on the same texts in the same round: the throughput it keeps.
+            if name not in runs or baseline not in runs:
+                continue
+            ratios = [b["seconds"] / r["seconds"] for b, r in zip(runs[baseline], runs[name])]
+            last = runs[name][-1]["params"]["post-process"]
+            print(f"\n{name}: {statistics.median(ratios):.1%} of {baseline}'s throughput (LMData, same texts, "
+                  f"same round; per round {' '.join(f'{x:.1%}' for x in ratios)}); "
+                  f"{last['n_examples']} rows against {runs[baseline][-1]['params']['post-process']['n_examples']}"
+                  + (f", vsl_packing_factor {last['vsl_packing_factor']}" if "vsl_packing_factor" in last else ""))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

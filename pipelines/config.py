@@ -17,13 +17,18 @@ from typing import Any, Optional
 
 import yaml
 
-__all__ = ["Config", "ConfigError", "MODES", "VSL_MODES", "SUMMARIZATION_MODES", "build_parser", "load_config", "SETTINGS"]
+from transforms.core.records import JsonKey
+
+__all__ = ["Config", "ConfigError", "MODES", "VSL_MODES", "SUMMARIZATION_MODES", "CHAT_MODES", "CONVERSATION_MODES", "build_parser", "load_config", "SETTINGS"]
 
 LMDATA, SUMMARIZATION, FIM = "LMData", "Summarization", "FIM"
 LMDATA_VSL, SUMMARIZATION_VSL = "LMData_VSL", "Summarization_VSL"
-MODES = (LMDATA, SUMMARIZATION, FIM, LMDATA_VSL, SUMMARIZATION_VSL)
-VSL_MODES = (LMDATA_VSL, SUMMARIZATION_VSL)
+CHAT, CHAT_VSL, DPO = "Chat", "Chat_VSL", "DPO"
+MODES = (LMDATA, SUMMARIZATION, FIM, LMDATA_VSL, SUMMARIZATION_VSL, CHAT, CHAT_VSL, DPO)
+VSL_MODES = (LMDATA_VSL, SUMMARIZATION_VSL, CHAT_VSL)
 SUMMARIZATION_MODES = (SUMMARIZATION, SUMMARIZATION_VSL)  # one prompt/completion record per row segment
+CONVERSATION_MODES = (CHAT, CHAT_VSL)  # one conversation (a list of messages) per record
+CHAT_MODES = CONVERSATION_MODES + (DPO,)  # rendered with a chat template
 TOKENIZER_TYPES = ("GPT2Tokenizer", "NeoXTokenizer", "HuggingFaceTokenizer")
 TOKENIZER_BACKENDS = ("auto", "tokenizers", "tiktoken")  # transforms.core.tokenizer.BACKENDS
 PROCESSOR_NAMES = {
@@ -32,6 +37,9 @@ PROCESSOR_NAMES = {
     FIM: "FIMDataPreprocessor",
     LMDATA_VSL: "VSLLMDataPreprocessor",
     SUMMARIZATION_VSL: "VSLSummarizationPreprocessor",
+    CHAT: "ChatPreprocessor",
+    CHAT_VSL: "VSLChatPreprocessor",
+    DPO: "DPOPreprocessor",
 }
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
@@ -122,7 +130,8 @@ SETTINGS: tuple[Setting, ...] = (
     _s("input_mask_dtype", "dataset", "dtype", "int32", "the mask must fit this dtype", cli=False),
     _s("keys", "dataset", "keys", None, "comma-separated record keys", cli=False),
     _s("jsonl_key", "dataset", "str", None, "record key holding the text (default text)", modes=_LM_FIM),
-    _s("prompt_key", "dataset", "str", None, "record key of the prompt", modes=SUMMARIZATION_MODES),
+    _s("prompt_key", "dataset", "str", None, "record key of the prompt (DPO: optional, see chosen_key)",
+       modes=SUMMARIZATION_MODES + (DPO,)),
     _s("completion_key", "dataset", "str", None, "record key of the completion", modes=SUMMARIZATION_MODES),
     _s("sep_token", "dataset", "str", None, "token placed between prompt and completion",
        modes=SUMMARIZATION_MODES),
@@ -131,6 +140,23 @@ SETTINGS: tuple[Setting, ...] = (
        "stride max_seq_length (False: drop it)", modes=(LMDATA_VSL,)),
     _s("position_ids_dtype", "dataset", "dtype", "int32",
        "position ids and attention spans must fit this dtype; files are always int32", modes=VSL_MODES),
+    _s("chat_template", "processing", "str", None,
+       "the chat template: a .jinja file, or chatml; default: the Hugging Face tokenizer's own", modes=CHAT_MODES),
+    _s("messages_key", "dataset", "str", "messages",
+       "record key of the conversation, a list of messages (ShareGPT: conversations)", modes=CONVERSATION_MODES),
+    _s("role_key", "dataset", "str", "role", "key of a message's role (ShareGPT: from)", modes=CHAT_MODES),
+    _s("content_key", "dataset", "str", "content", "key of a message's text (ShareGPT: value)", modes=CHAT_MODES),
+    _s("train_on_all_assistant_turns", "dataset", "bool", True,
+       "train on every assistant turn (False: only the last one)", modes=CONVERSATION_MODES),
+    _s("truncate", "dataset", "str", None,
+       "a conversation too long for a row: dropped (default), or cut: keep_start | keep_end of each turn",
+       modes=CONVERSATION_MODES),
+    _s("chosen_key", "dataset", "str", "chosen",
+       "record key of the chosen response (a string, or a list of messages ending with it)", modes=(DPO,)),
+    _s("rejected_key", "dataset", "str", "rejected",
+       "record key of the rejected response (a string, or a list of messages ending with it)", modes=(DPO,)),
+    _s("max_prompt_length", "dataset", "int", 512,
+       "prompt tokens kept (its end) when a pair does not fit max_seq_length", modes=(DPO,)),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 # Keys the reference's YAML files may carry that mean nothing to a Beam job.
@@ -164,6 +190,11 @@ class Config:
         """Record keys to read, in the order the mode consumes them."""
         if self.mode in SUMMARIZATION_MODES:
             return (self.prompt_key, self.completion_key)
+        if self.mode in CONVERSATION_MODES:
+            return (JsonKey(self.messages_key),)
+        if self.mode == DPO:
+            keys = (JsonKey(self.chosen_key), JsonKey(self.rejected_key))
+            return keys + ((JsonKey(self.prompt_key),) if self.prompt_key else ())
         if self.keys:
             return tuple(self.keys)
         return (self.jsonl_key or "text",)
@@ -392,6 +423,11 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
         _require(v[name] is None or v[name] >= 0, f"{name}: must be >= 0")
     if v["keys"] and v.get("jsonl_key"):
         _require(False, "jsonl_key and dataset.keys are both set: choose one")
+    if mode in CHAT_MODES:
+        _require(not v["keys"], f"dataset.keys does not apply to {mode}: use messages_key, chosen_key, ...")
+        _require(v.get("truncate") in (None, "keep_start", "keep_end"),
+                 f"truncate: {v.get('truncate')!r} is not one of keep_start, keep_end")
+        _require(v.get("max_prompt_length") is None or v["max_prompt_length"] >= 1, "max_prompt_length: must be >= 1")
     if mode in SUMMARIZATION_MODES:
         _require(bool(v["prompt_key"]), f"--prompt_key is required for {mode}")
         _require(bool(v["completion_key"]), f"--completion_key is required for {mode}")

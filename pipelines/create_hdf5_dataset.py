@@ -24,9 +24,11 @@ import apache_beam as beam
 import fsspec
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines.config import (FIM, LMDATA, SUMMARIZATION, SUMMARIZATION_MODES, SUMMARIZATION_VSL, TOOLS, VSL_MODES,
-                              Config, ConfigError, load_config)
-from transforms.core.features import LM_FEATURES, VSL_FEATURES
+from pipelines.config import (CHAT_MODES, DPO, FIM, LMDATA, SUMMARIZATION, SUMMARIZATION_MODES,
+                              SUMMARIZATION_VSL, TOOLS, VSL_MODES, Config, ConfigError, load_config)
+from transforms.core.chat.batch import ChatConfig, RecordCheck
+from transforms.core.chat.template import CHATML_TOKENS
+from transforms.core.features import DPO_FEATURES, LM_FEATURES, VSL_FEATURES
 from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
@@ -43,7 +45,9 @@ from transforms.io.dead_letters import DEAD_LETTER_DIR, WriteDeadLetters
 from transforms.io.manifest import PARAMS_FILE, MergeStats, WriteDatasetParams
 from transforms.io.read_corpus import DEAD_LETTERS, DOCS, FAN_OUT_BYTES, ReadCorpus, ReadInputManifest, \
     write_input_manifest
-from transforms.io.tokenizer_files import StagedTokenizerFiles, read_tokenizer_files, stage_tokenizer_files
+from transforms.io.tokenizer_files import StagedTokenizerFiles, read_chat_template, read_tokenizer_files, \
+    stage_tokenizer_files
+from transforms.stages.chat import EncodeConversations
 from transforms.stages.fim import ApplyFim
 from transforms.stages.normalize import NormalizeDocuments
 from transforms.stages.pack import PackSequences
@@ -77,6 +81,7 @@ class JobPlan:
     summarization: Optional[SummarizationConfig]
     fim: Optional[FimConfig]
     vsl: Optional[VslConfig]
+    chat: Optional[ChatConfig]
     seed: int
     output_dir: str
     output_name: str
@@ -98,13 +103,16 @@ class JobPlan:
     @property
     def features(self) -> tuple:
         """The names of a row's features, in order: data_params.json's `features`."""
+        if self.mode == DPO:
+            return DPO_FEATURES
         return VSL_FEATURES if self.mode in VSL_MODES else LM_FEATURES
 
     @property
     def row_format(self) -> RowFormat:
         return RowFormat(max_seq_length=self.pack.max_seq_length, pad_id=self.pad_id,
                          inverted_mask=self.sections["dataset"]["inverted_mask"],
-                         trailing_eos_input=self.mode in (SUMMARIZATION, FIM))
+                         trailing_eos_input=self.mode in (SUMMARIZATION, FIM, DPO),
+                         sides=2 if self.mode == DPO else 1)
 
 
 def _relpath(path: str, root: Optional[str]) -> str:
@@ -251,7 +259,9 @@ def plan_job(config: Config) -> JobPlan:
             config.tokenizer_type, vocab_file=config.vocab_file, encoder_file=config.encoder_file,
             huggingface_tokenizer=config.huggingface_tokenizer, eos_id=config.eos_id, pad_id=config.pad_id,
             sep_token=config.sep_token if config.mode in SUMMARIZATION_MODES else None,
-            backend=config.tokenizer_backend)
+            backend=config.tokenizer_backend,
+            # ChatML's markers must be tokens for its turns to end in one: added where the vocabulary lacks them.
+            extra_special_tokens=CHATML_TOKENS if getattr(config, "chat_template", None) == "chatml" else ())
         tokenizer = shared_tokenizer(tok_files)
     except (FileNotFoundError, ValueError, OSError) as e:
         raise UserError(f"tokenizer: {e}") from None
@@ -274,8 +284,9 @@ def plan_job(config: Config) -> JobPlan:
                            "sep_id": tokenizer.sep_id, "encoder": tokenizer.encoder_name,
                            **({"encoder_note": tokenizer.encoder_note} if tokenizer.encoder_note else {})},
              "config_fingerprint": config.fingerprint()}
+    chat = _chat_config(config, tok_files, tokenizer) if config.mode in CHAT_MODES else None
     vsl = None
-    if config.mode in VSL_MODES:
+    if config.mode in VSL_MODES and chat is None:
         vsl = VslConfig(
             max_seq_length=config.max_seq_length, pad_id=tokenizer.pad_id, min_sequence_len=config.min_sequence_len,
             short_seq_prob=config.short_seq_prob, fold_long_doc=bool(getattr(config, "fold_long_doc", True)),
@@ -286,7 +297,7 @@ def plan_job(config: Config) -> JobPlan:
         files=files,
         input_manifest=input_manifest,
         keys=config.keys_tuple,
-        join_keys=config.mode not in SUMMARIZATION_MODES,
+        join_keys=config.mode not in SUMMARIZATION_MODES + CHAT_MODES,
         group_bytes=config.packing_group_mb << 20,
         max_record_bytes=config.max_record_mb << 20,
         normalize=NormalizeConfig(config.use_ftfy, config.ftfy_normalizer, config.wikitext_detokenize),
@@ -304,6 +315,7 @@ def plan_job(config: Config) -> JobPlan:
             inverted_mask=config.inverted_mask) if config.mode == SUMMARIZATION else None,
         fim=fim,
         vsl=vsl,
+        chat=chat,
         seed=config.seed,
         output_dir=config.output_dir,
         output_name=config.output_name,
@@ -318,6 +330,34 @@ def plan_job(config: Config) -> JobPlan:
         gzip_level=config.gzip_level,
         resume=config.resume_from_checkpoint,
     )
+
+
+def _chat_config(config: Config, files: TokenizerFiles, tokenizer) -> ChatConfig:
+    """The chat template and what it sees, checked before any data is read."""
+    from transforms.core.chat.template import ChatError, ChatRenderer, template_tokens
+
+    try:
+        template = read_chat_template(config.chat_template, files)
+    except (FileNotFoundError, ValueError, OSError) as e:
+        raise UserError(f"chat template: {e}") from None
+    if files.tokenizer_config is not None:
+        tokens = template_tokens(files.tokenizer_config, files.special_tokens_map)
+    else:  # GPT2Tokenizer / NeoXTokenizer files have no config: the template sees their own EOS and BOS
+        tokens = {name: tokenizer.backend.id_to_token(i) for name, i in (("eos_token", tokenizer.eos_id),
+                                                                            ("bos_token", tokenizer.bos_id))
+                  if i is not None}
+    try:
+        ChatRenderer(template, tokens)
+    except ChatError as e:
+        raise UserError(f"chat template: {e.detail or e.reason}") from None
+    return ChatConfig(
+        mode=config.mode, max_seq_length=config.max_seq_length, pad_id=tokenizer.pad_id, template=template,
+        template_tokens=tuple(sorted(tokens.items())), role_key=config.role_key, content_key=config.content_key,
+        normalize=NormalizeConfig(config.use_ftfy, config.ftfy_normalizer, config.wikitext_detokenize),
+        min_sequence_len=config.min_sequence_len, inverted_mask=config.inverted_mask,
+        train_on_all_assistant_turns=bool(getattr(config, "train_on_all_assistant_turns", True)),
+        truncate=getattr(config, "truncate", None), max_prompt_length=int(getattr(config, "max_prompt_length", 512)),
+        pack_sequences=config.pack_sequences)
 
 
 def _check_dtypes(config: Config, vocab_size: int) -> None:
@@ -338,12 +378,18 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         | "InputFiles" >> ReadInputManifest(plan.input_manifest)
         | "ReadCorpus" >> ReadCorpus(keys=plan.keys, join_keys=plan.join_keys, group_bytes=plan.group_bytes,
                                      max_record_bytes=plan.max_record_bytes, unit_groups=plan.unit_groups,
-                                     fan_out_bytes=plan.fan_out_bytes)
+                                     fan_out_bytes=plan.fan_out_bytes,
+                                     check=RecordCheck(plan.chat) if plan.chat else None)
     )
     docs, stored = read[DOCS], None
     if plan.storage_dir and plan.resume:
         skipped = docs | "SkipStoredGroups" >> SkipStoredGroups(plan.storage_dir)
         docs, stored = skipped.todo, skipped[STORED]
+    if plan.chat is not None:
+        # Contents are normalized, rendered and tokenized together: the template decides the tokens.
+        rows = docs | "EncodeConversations" >> EncodeConversations(plan.chat, plan.tokenizer_files,
+                                                                   process_cpus=plan.process_cpus)
+        return _write(plan, read, rows, stored)
     tokens = (
         docs
         | "NormalizeDocuments" >> NormalizeDocuments(plan.normalize)
@@ -365,6 +411,11 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         rows = (tokens
                 | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
                 | "ApplyFim" >> ApplyFim(plan.fim, tokenizer_files=plan.tokenizer_files, seed=plan.seed))
+    return _write(plan, read, rows, stored)
+
+
+def _write(plan: JobPlan, read, rows, stored):
+    """Rows -> compressed chunks -> shards, dead letters, data_params.json (every mode alike)."""
     blocks = rows | "EncodeRows" >> EncodeRows(plan.row_format, plan.tokenizer_files, gzip_level=plan.gzip_level,
                                                process_cpus=plan.process_cpus)
     if plan.storage_dir:

@@ -235,6 +235,20 @@ def _is_vsl_row(row: np.ndarray, spec: V.DatasetSpec) -> bool:
     return row.shape[0] == len(VSL_FEATURES) and (spec.features is None or spec.feature_names == VSL_FEATURES)
 
 
+def _is_dpo_row(row: np.ndarray, spec: V.DatasetSpec) -> bool:
+    """Whether a [F, msl] row holds DPO's two sides (chosen, rejected)."""
+    return len(spec.sides) > 1 and row.shape[0] == 3 * len(spec.sides)
+
+
+def _doc_word(spec: V.DatasetSpec) -> str:
+    """What a VSL segment is: a conversation in Chat_VSL, a document elsewhere."""
+    return "conversation" if spec.mode == V.CHAT_VSL else "document"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def _documents(row: np.ndarray, real: int) -> list[tuple[int, int]]:
     """A VSL row's documents as [start, end) position ranges of its real part: one starts at each
     position_ids 0 (and at position 0 whatever it holds)."""
@@ -278,8 +292,72 @@ def _render_tokens(tokens: list[int], trained: list[bool], decode: Callable[[lis
     return "".join(parts)
 
 
-def _document_header(k: int, count: int, start: int, end: int, trained: int) -> str:
-    return f"── document {k}/{count} · positions {start}–{end - 1} · {end - start} positions, {trained} trained"
+def _document_header(k: int, count: int, start: int, end: int, trained: int, word: str = "document") -> str:
+    return f"── {word} {k}/{count} · positions {start}–{end - 1} · {end - start} positions, {trained} trained"
+
+
+def _positions(start: int, end: int) -> str:
+    return f"positions {start}–{end - 1}" if end > start else "no positions"
+
+
+@dataclasses.dataclass(frozen=True)
+class _DpoSide:
+    """One side of a DPO row as inspect shows it: |P| (first trained position + 1), |S| (real inputs)."""
+
+    name: str
+    seq: np.ndarray  # [3, msl]
+    loss: np.ndarray  # [msl] bool
+    prompt: int
+    real: int
+
+    @classmethod
+    def of(cls, row: np.ndarray, spec: V.DatasetSpec) -> list["_DpoSide"]:
+        out = []
+        for name, seq in zip(spec.sides, V.sequences(row[None], spec)):
+            loss = seq[ATTENTION_MASK] == spec.loss_value
+            prompt = int(np.argmax(loss)) + 1 if loss.any() else 0
+            out.append(cls(name, seq, loss, prompt, int(V.real_lengths(seq[None], spec)[0])))
+        return out
+
+    @property
+    def trained(self) -> int:
+        return int(self.loss.sum())
+
+
+def _same_prompt(sides: list[_DpoSide]) -> bool:
+    first = sides[0]
+    return all(s.prompt == first.prompt and np.array_equal(s.seq[INPUT_IDS, :s.prompt],
+                                                           first.seq[INPUT_IDS, :first.prompt]) for s in sides)
+
+
+def _render_dpo(row: np.ndarray, spec: V.DatasetSpec, decode: Callable[[list[int]], str], specials: dict[int, str],
+                color: bool) -> str:
+    """A DPO row: the prompt once (each side's when they differ), then each side's response, its tokens marked
+    as targets like any row's (a response token is trained when it is the label of a trained position)."""
+    msl = row.shape[1]
+    sides = _DpoSide.of(row, spec)
+    shared = _same_prompt(sides)
+    lines = []
+
+    def prompt(side: _DpoSide, title: str) -> None:
+        lines.append(f"── {title} · {_positions(0, side.prompt)} · {_plural(side.prompt, 'token')}")
+        tokens = side.seq[INPUT_IDS, :side.prompt].tolist()
+        lines.append(_render_tokens(tokens, [False] * len(tokens), decode, specials, color).rstrip("\n"))
+
+    if shared:
+        prompt(sides[0], "prompt")
+    for side in sides:
+        if not shared:
+            prompt(side, f"{side.name} prompt")
+        start = max(side.prompt, 1)  # a response token is the label of the position before it
+        tokens = side.seq[INPUT_IDS, start:side.real].tolist()
+        trained = side.loss[start - 1:side.real - 1].tolist()
+        lines.append(f"── {side.name} · {_positions(start, side.real)} · {_plural(len(tokens), 'token')}, "
+                     f"{side.trained} trained")
+        lines.append(_render_tokens(tokens, trained, decode, specials, color).rstrip("\n"))
+        if side.real < msl:
+            lines.append(f"… {msl - side.real} pad")
+    return "\n".join(lines)
 
 
 def render_row(row: np.ndarray, spec: V.DatasetSpec, decode: Callable[[list[int]], str],
@@ -288,10 +366,14 @@ def render_row(row: np.ndarray, spec: V.DatasetSpec, decode: Callable[[list[int]
     (its position's mask excludes it, or it is the row's first token) is [bracketed] (dimmed with
     color); specials are ⟨NAME⟩, each EOS ends a line, trailing padding is summarized.
 
-    The tokens are the real inputs, plus for LMData the last real label (the stream's next token).
-    A VSL row is shown document by document, each under a `── document k/m` line: its inputs plus
-    its last label (the document's last token, never an input), its first token bracketed.
+    The tokens are the real inputs, plus for LMData and Chat the last real label (the stream's next
+    token, the conversation's last one). A VSL row is shown document by document (Chat_VSL: conversation),
+    each under a `── document k/m` line: its inputs plus its last label (the document's last token, never
+    an input), its first token bracketed. A DPO row is shown as its prompt under `── prompt`, then each
+    side's response under `── chosen` and `── rejected` (see `_render_dpo`).
     """
+    if _is_dpo_row(row, spec):
+        return _render_dpo(row, spec, decode, specials, color)
     msl = row.shape[1]
     real = int(V.real_lengths(row[None], spec)[0])
     loss = row[ATTENTION_MASK] == spec.loss_value
@@ -301,13 +383,13 @@ def render_row(row: np.ndarray, spec: V.DatasetSpec, decode: Callable[[list[int]
         for k, (s, e) in enumerate(docs, 1):
             tokens = row[INPUT_IDS, s:e].tolist() + [int(row[LABELS, e - 1])]
             trained = [False] + loss[s:e].tolist()
-            lines.append(_document_header(k, len(docs), s, e, int(loss[s:e].sum())))
+            lines.append(_document_header(k, len(docs), s, e, int(loss[s:e].sum()), _doc_word(spec)))
             lines.append(_render_tokens(tokens, trained, decode, specials, color).rstrip("\n"))
         if real < msl:
             lines.append(f"… {msl - real} pad")
         return "\n".join(lines)
     tokens = row[INPUT_IDS, :real].tolist()
-    if spec.mode == V.LMDATA and real:
+    if spec.mode in (V.LMDATA, V.CHAT) and real:
         tokens.append(int(row[LABELS, real - 1]))
     # tokens[k] (k >= 1) is the label of position k - 1.
     trained = [False] + [bool(loss[k - 1]) for k in range(1, len(tokens))]
@@ -353,46 +435,68 @@ def inspect_row(out_dir: str, *, file: Optional[str] = None, row: int = 0, color
     else:
         decode = lambda t: " ".join(map(str, t)) + " "  # noqa: E731
     msl = r.shape[1]
-    real = int(V.real_lengths(r[None], spec)[0])
-    trained = int((r[ATTENTION_MASK] == spec.loss_value).sum())
-    vsl = _is_vsl_row(r, spec)
-    if vsl:
-        docs = _documents(r, real)
-        what = f"{len(docs)} document{'' if len(docs) == 1 else 's'}"
-    else:
-        eos_spec = dataclasses.replace(spec, eos_id=tok.eos_id if tok else spec.eos_id)
-        what = f"{int(V.documents_per_row(r[None], eos_spec)[0])} EOS"
     mode = spec.mode or "unknown mode"
-    lines = [
-        f"{_basename(path)} row {row} of {n} · {mode}{' (reference output)' if spec.producer == V.REFERENCE else ''}"
-        f" · {msl} positions: {real} real, {trained} trained, {msl - real} pad, {what}",
-        "legend: " + ("dimmed" if color else "[…]") + " = tokens the model is not trained to predict; "
-        + " ".join(f"⟨{s}⟩" for s in dict.fromkeys(specials.values())) + " = special tokens"
-        + ("; ── document k/m = a document starts (position_ids 0)" if vsl else ""),
-    ]
+    title = f"{_basename(path)} row {row} of {n} · {mode}" + (" (reference output)" if spec.producer == V.REFERENCE
+                                                              else "")
+    legend = ("legend: " + ("dimmed" if color else "[…]") + " = tokens the model is not trained to predict; "
+              + " ".join(f"⟨{s}⟩" for s in dict.fromkeys(specials.values())) + " = special tokens")
+    shown = lambda t: specials.get(t) and f"⟨{specials[t]}⟩" or repr(decode([t]))  # noqa: E731
+    table = f"{'pos':>5} {'input':>7} {'token':<24} {'mask':>4} {'label':>7} token"
+
+    def id_line(seq: np.ndarray, p: int, extra: str = "") -> str:
+        return (f"{p:>5} {seq[INPUT_IDS, p]:>7} {shown(int(seq[INPUT_IDS, p])):<24} {seq[ATTENTION_MASK, p]:>4} "
+                f"{extra}{seq[LABELS, p]:>7} {shown(int(seq[LABELS, p]))}")
+
+    if _is_dpo_row(r, spec):
+        sides = _DpoSide.of(r, spec)
+        prompt = (f"prompt {_plural(sides[0].prompt, 'token')}" if _same_prompt(sides) else
+                  "the prompts differ (" + ", ".join(f"{s.name} {s.prompt}" for s in sides) + " tokens)")
+        lines = [f"{title} · {msl} positions per side, {prompt}"
+                 + "".join(f"; {s.name}: {s.real} real, {s.trained} trained, {msl - s.real} pad" for s in sides),
+                 legend + "; ── prompt, then ── " + " and ── ".join(spec.sides) + " = each side's response "
+                 "(its inputs after the prompt)"]
+    else:
+        real = int(V.real_lengths(r[None], spec)[0])
+        trained = int((r[ATTENTION_MASK] == spec.loss_value).sum())
+        vsl = _is_vsl_row(r, spec)
+        word = _doc_word(spec)
+        if vsl:
+            docs = _documents(r, real)
+            what = _plural(len(docs), word)
+        elif spec.mode == V.CHAT:
+            what = _plural(int(V.trained_runs(r[None], spec)[0]), "trained span")
+        else:
+            eos_spec = dataclasses.replace(spec, eos_id=tok.eos_id if tok else spec.eos_id)
+            what = f"{int(V.documents_per_row(r[None], eos_spec)[0])} EOS"
+        lines = [f"{title} · {msl} positions: {real} real, {trained} trained, {msl - real} pad, {what}",
+                 legend + (f"; ── {word} k/m = a {word} starts (position_ids 0)" if vsl else "")]
     if tok is None:
         lines.append(f"(ids shown, {how})")
     lines.append("─" * 60)
-    if ids:
-        shown = lambda t: specials.get(t) and f"⟨{specials[t]}⟩" or repr(decode([t]))  # noqa: E731
+    if not ids:
+        lines.append(render_row(r, spec, decode, specials, color=color))
+    elif _is_dpo_row(r, spec):
+        for side in sides:
+            lines.append(f"── {side.name} · {side.real} real, {side.trained} trained")
+            lines.append(table)
+            lines += [id_line(side.seq, p) for p in range(side.real)]
+            if side.real < msl:
+                lines.append(f"… {msl - side.real} pad")
+    else:
         if vsl:
             lines.append(f"{'pos':>5} {'input':>7} {'token':<24} {'mask':>4} {'span':>5} {'pos_id':>6} "
                          f"{'label':>7} token")
             first = {s: (k, s, e) for k, (s, e) in enumerate(docs, 1)}
         else:
-            lines.append(f"{'pos':>5} {'input':>7} {'token':<24} {'mask':>4} {'label':>7} token")
+            lines.append(table)
         for p in range(real):
             if vsl and p in first:
                 k, s, e = first[p]
                 lines.append(_document_header(k, len(docs), s, e, int((r[ATTENTION_MASK, s:e] == spec.loss_value)
-                                                                      .sum())))
-            extra = f"{r[ATTENTION_SPAN, p]:>5} {r[POSITION_IDS, p]:>6} " if vsl else ""
-            lines.append(f"{p:>5} {r[INPUT_IDS, p]:>7} {shown(int(r[INPUT_IDS, p])):<24} {r[ATTENTION_MASK, p]:>4} "
-                         f"{extra}{r[LABELS, p]:>7} {shown(int(r[LABELS, p]))}")
+                                                                      .sum()), word))
+            lines.append(id_line(r, p, f"{r[ATTENTION_SPAN, p]:>5} {r[POSITION_IDS, p]:>6} " if vsl else ""))
         if real < msl:
             lines.append(f"… {msl - real} pad")
-    else:
-        lines.append(render_row(r, spec, decode, specials, color=color))
     return "\n".join(lines)
 
 
@@ -404,15 +508,20 @@ class ReportData:
     params: Optional[dict]
     spec: V.DatasetSpec
     file_rows: dict  # name -> rows
-    real: np.ndarray  # per row
-    trained: np.ndarray
-    docs: np.ndarray
+    real: np.ndarray  # [n, sides]: real tokens of each row's sequences (DPO: chosen, rejected; else one)
+    trained: np.ndarray  # [n, sides]
+    docs: np.ndarray  # per row: documents (VSL), trained spans (Chat), prompt tokens (DPO), else EOS tokens
     msl: int
+
+    @property
+    def sides(self) -> tuple:
+        return self.spec.sides
 
 
 def collect_report_data(out_dir: str) -> ReportData:
     params, _ = _load_params(out_dir)
     spec, _ = V.dataset_spec(params)
+    k = len(spec.sides)
     file_rows: dict[str, int] = {}
     real, trained, docs = [], [], []
     msl = spec.max_seq_length or 0
@@ -423,15 +532,25 @@ def collect_report_data(out_dir: str) -> ReportData:
             msl = int(d.shape[2])
             for _, block in iter_row_blocks(d):
                 block = np.asarray(block, dtype=np.int64)
-                real.append(V.real_lengths(block, spec))
-                trained.append(V.loss_positions(block, spec).sum(axis=1))
-                docs.append(V.documents_per_row(block, spec))
-    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64)  # noqa: E731
-    return ReportData(params, spec, file_rows, cat(real), cat(trained), cat(docs), msl)
+                seqs = V.sequences(block, spec)  # DPO: row i's sides at k*i .. k*i + k-1
+                real.append(V.real_lengths(seqs, spec).reshape(-1, k))
+                loss = V.loss_positions(seqs, spec)
+                trained.append(loss.sum(axis=1).reshape(-1, k))
+                if k > 1:
+                    docs.append(np.where(loss[::k].any(axis=1), np.argmax(loss[::k], axis=1) + 1, 0))
+                elif spec.mode == V.CHAT:
+                    docs.append(V.trained_runs(block, spec))
+                else:
+                    docs.append(V.documents_per_row(block, spec))
+    cat = lambda xs, *shape: np.concatenate(xs) if xs else np.zeros((0, *shape), dtype=np.int64)  # noqa: E731
+    return ReportData(params, spec, file_rows, cat(real, k), cat(trained, k), cat(docs), msl)
+
+
+_SIDE_COLORS = ("#3b6ea5", "#c0504d")
 
 
 def _figures(data: ReportData) -> list[tuple[str, str, str]]:
-    """(title, caption, base64 PNG) of every plot."""
+    """(title, caption, base64 PNG) of every plot. DPO: each per-sequence plot shows both sides, side by side."""
     from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
 
     def png(fig) -> str:
@@ -440,12 +559,21 @@ def _figures(data: ReportData) -> list[tuple[str, str, str]]:
         return base64.b64encode(buf.getvalue()).decode("ascii")
 
     def hist(values: np.ndarray, xlabel: str, bins, color="#3b6ea5") -> tuple[str, str]:
-        """(PNG, caption suffix): a log y axis when one bin dwarfs the rest (packed rows are mostly full)."""
+        """(PNG, caption suffix): a log y axis when one bin dwarfs the rest (packed rows are mostly full).
+        `values` [n] or, one column per side, [n, sides]."""
         fig = Figure(figsize=(7, 3.2))
         ax = fig.subplots()
         suffix = ""
+        columns = values.ndim == 2 and values.shape[1] > 1
         if len(values):
-            counts, _, _ = ax.hist(values, bins=bins, color=color, edgecolor="white", linewidth=0.3)
+            if columns:
+                counts, _, _ = ax.hist([values[:, i] for i in range(values.shape[1])], bins=bins,
+                                       color=list(_SIDE_COLORS[:values.shape[1]]), label=list(data.sides),
+                                       edgecolor="white", linewidth=0.3)
+                counts = np.asarray(counts).ravel()
+                ax.legend(fontsize=8)
+            else:
+                counts, _, _ = ax.hist(values.ravel(), bins=bins, color=color, edgecolor="white", linewidth=0.3)
             nonzero = np.sort(counts[counts > 0])
             if len(nonzero) > 1 and nonzero[-1] > 0.9 * len(values):
                 ax.set_yscale("log")
@@ -459,33 +587,53 @@ def _figures(data: ReportData) -> list[tuple[str, str, str]]:
 
     def int_bins(values: np.ndarray):
         """Unit-wide bins centred on integers (wider past 64 values), the last holding the maximum."""
-        hi = int(values.max()) if len(values) else 1
+        hi = int(values.max()) if values.size else 1
         step = max(1, -(-(hi + 1) // 64))
         return np.arange(-0.5, hi + step + 0.5, step)
 
-    def stats(values: np.ndarray, fmt="{:.0f}") -> str:
+    def stats1(values: np.ndarray, fmt) -> str:
         if not len(values):
             return "no rows"
         return (f"mean {fmt.format(values.mean())}, median {fmt.format(np.median(values))}, "
                 f"min {fmt.format(values.min())}, max {fmt.format(values.max())}")
 
+    def stats(values: np.ndarray, fmt="{:.0f}") -> str:
+        """Of one series, or per side ("chosen: mean …; rejected: mean …")."""
+        if values.ndim == 2 and values.shape[1] > 1:
+            return "; ".join(f"{name}: {stats1(values[:, i], fmt)}" for i, name in enumerate(data.sides))
+        return stats1(values.ravel(), fmt)
+
     def plot(title: str, caption: str, made: tuple[str, str]) -> tuple[str, str, str]:
         return title, caption + made[1], made[0]
 
     msl = max(data.msl, 1)
-    pad_frac = 1.0 - data.real / msl if len(data.real) else data.real.astype(float)
-    out = [
-        plot("Real (non-pad) tokens per sequence", f"Out of {data.msl}. {stats(data.real)}.",
-             hist(data.real, "real tokens", int_bins(data.real))),
-        plot("Padding fraction per sequence", f"{stats(pad_frac, '{:.3f}')}.",
-             hist(pad_frac, "pad tokens / max_seq_length", np.linspace(0, 1, 41), "#a5673b")),
-        plot("Documents per sequence", (
-            "Documents packed into each row (a document starts at each position_ids 0 of the real part). "
+    dpo = len(data.sides) > 1
+    per = "per side" if dpo else "per sequence"
+    both = f"Both sides of every row ({' and '.join(data.sides)}). " if dpo else ""
+    pad_frac = 1.0 - data.real / msl
+    if dpo:
+        third = plot("Prompt tokens per example", "The prompt both sides start with (|P|: the first trained position "
+                     f"+ 1). {stats(data.docs)}.", hist(data.docs, "prompt tokens", int_bins(data.docs), "#4f9a5a"))
+    elif data.spec.mode == V.CHAT:
+        third = plot("Trained spans per sequence", "Runs of trained positions in each row: the assistant turns it "
+                     f"trains. {stats(data.docs, '{:.2f}')}.",
+                     hist(data.docs, "trained spans", int_bins(data.docs), "#4f9a5a"))
+    else:
+        word = _doc_word(data.spec)
+        third = plot(f"{word.capitalize()}s per sequence", (
+            f"{word.capitalize()}s packed into each row (a {word} starts at each position_ids 0 of the real part). "
             if data.spec.vsl else
             "EOS tokens among each row's real inputs (a document continuing into the next row counts where it ends). ")
             + f"{stats(data.docs, '{:.2f}')}.",
-            hist(data.docs, "documents" if data.spec.vsl else "EOS tokens", int_bins(data.docs), "#4f9a5a")),
-        plot("Loss-valid tokens per sequence", f"Positions whose label is trained. {stats(data.trained)}.",
+            hist(data.docs, f"{word}s" if data.spec.vsl else "EOS tokens", int_bins(data.docs), "#4f9a5a"))
+    out = [
+        plot(f"Real (non-pad) tokens {per}", f"{both}Out of {data.msl}. {stats(data.real)}.",
+             hist(data.real, "real tokens", int_bins(data.real))),
+        plot(f"Padding fraction {per}", f"{both}{stats(pad_frac, '{:.3f}')}.",
+             hist(pad_frac, "pad tokens / max_seq_length", np.linspace(0, 1, 41), "#a5673b")),
+        third,
+        plot(f"Loss-valid tokens {per}", f"{both}Positions whose label is trained"
+             + (" (the response's tokens)" if dpo else "") + f". {stats(data.trained)}.",
              hist(data.trained, "loss-valid tokens", int_bins(data.trained), "#7a4fa0")),
     ]
     out.append(_sources_figure(data, Figure, png))
@@ -559,6 +707,11 @@ def _fmt(v) -> str:
     return str(v)
 
 
+# The chat and DPO settings data_params.json records under `dataset`.
+_CHAT_KEYS = ("messages_key", "role_key", "content_key", "train_on_all_assistant_turns", "truncate", "prompt_key",
+              "chosen_key", "rejected_key", "max_prompt_length")
+
+
 def _key_numbers(data: ReportData) -> list[tuple[str, list]]:
     p = data.params or {}
     setup, proc, ds = p.get("setup") or {}, p.get("processing") or {}, p.get("dataset") or {}
@@ -571,9 +724,13 @@ def _key_numbers(data: ReportData) -> list[tuple[str, list]]:
         if proc.get(key) is not None:
             config.append((key, proc[key]))
     for key in ("pack_sequences", "inverted_mask", "use_ftfy", "min_sequence_len", "fold_long_doc",
-                "position_ids_dtype"):
+                "position_ids_dtype") + _CHAT_KEYS:
         if key in ds:
             config.append((key, ds[key]))
+    if data.spec.mode in (V.CHAT, V.CHAT_VSL, V.DPO) and "chat_template" in proc:
+        template = proc["chat_template"]
+        config.append(("chat_template", "the tokenizer's own" if template is None
+                       else template if len(str(template)) <= 60 else str(template)[:59] + "…"))
     sections = [("Configuration", config)]
     if isinstance(p.get("post-process"), dict):
         sections.append(("post-process", sorted(p["post-process"].items())))
@@ -584,13 +741,23 @@ def _key_numbers(data: ReportData) -> list[tuple[str, list]]:
         sections.append(("input", [(k, inp[k]) for k in ("documents_read", "good", "bad", "bad_by_reason", "used",
                                                          "dropped", "dropped_by_reason", "files") if k in inp]))
     real = data.real
-    recount = [("files", len(data.file_rows)), ("sequences", int(len(real))),
-               ("real tokens", int(real.sum())), ("loss-valid tokens", int(data.trained.sum())),
-               ("pad tokens", int(len(real) * data.msl - real.sum()))]
-    if data.spec.vsl:
+    recount = [("files", len(data.file_rows)), ("sequences", int(len(real)))]
+    if len(data.sides) > 1:
+        recount.append((f"sides ({' + '.join(data.sides)})", int(real.size)))
+    recount += [("real tokens", int(real.sum())), ("loss-valid tokens", int(data.trained.sum())),
+                ("pad tokens", int(real.size * data.msl - real.sum()))]
+    if len(data.sides) > 1:
+        for i, name in enumerate(data.sides):
+            recount += [(f"{name} real tokens", int(real[:, i].sum())),
+                        (f"{name} loss-valid tokens", int(data.trained[:, i].sum()))]
+        recount.append(("prompt tokens (once per example)", int(data.docs.sum())))
+    elif data.spec.mode == V.CHAT:
+        recount.append(("trained spans (assistant turns)", int(data.docs.sum())))
+    elif data.spec.vsl:
         docs = int(data.docs.sum())
-        recount += [("documents (packed segments)", docs),
-                    ("documents per sequence", f"{docs / len(real):.4f}" if len(real) else "—")]
+        word = _doc_word(data.spec)
+        recount += [(f"{word}s (packed segments)", docs),
+                    (f"{word}s per sequence", f"{docs / len(real):.4f}" if len(real) else "—")]
     else:
         recount.append(("EOS tokens (documents)", int(data.docs.sum())))
     sections.append(("Recounted from the files", recount))

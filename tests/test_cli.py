@@ -94,7 +94,8 @@ def test_example_configs_load():
     from pipelines.config import load_config
 
     for mode, name in [("LMData", "lm_data.yaml"), ("Summarization", "summarization.yaml"), ("FIM", "fim.yaml"),
-                       ("LMData_VSL", "lm_data_vsl.yaml"), ("Summarization_VSL", "summarization_vsl.yaml")]:
+                       ("LMData_VSL", "lm_data_vsl.yaml"), ("Summarization_VSL", "summarization_vsl.yaml"),
+                       ("Chat", "chat.yaml"), ("Chat_VSL", "chat.yaml"), ("DPO", "dpo.yaml")]:
         config, rest = load_config([mode, "--params", str(ROOT / "configs" / name), "--input_dir", "x"])
         assert config.mode == mode and rest == []
 
@@ -110,8 +111,8 @@ def test_help_names_the_modes_and_the_tools():
     out = _cli(["--help"])
     assert out.returncode == 0
     listed = re.search(r"\{([A-Za-z_,]+)\}", out.stdout).group(1).split(",")
-    assert listed == ["LMData", "Summarization", "FIM", "LMData_VSL", "Summarization_VSL", "verify", "inspect",
-                      "report"]
+    assert listed == ["LMData", "Summarization", "FIM", "LMData_VSL", "Summarization_VSL", "Chat", "Chat_VSL", "DPO",
+                      "verify", "inspect", "report"]
     for tool in ("verify", "inspect", "report"):
         assert re.search(rf"^\s+{tool}\s+\S", out.stdout, re.M), f"{tool} has no line of help"
         sub = _cli([tool, "--help"])

@@ -39,12 +39,13 @@ def _fn_outputs(fn, unit):
     return groups, parts, fanned
 
 
-def _read(path, group_bytes: int, unit_groups: int = 1, max_record_bytes: int = 1 << 20, size=_LISTED):
+def _read(path, group_bytes: int, unit_groups: int = 1, max_record_bytes: int = 1 << 20, size=_LISTED,
+          check=None):
     """(groups, dead-letter parts) the reader makes of a file, over all its units.
 
     size: the file's size as listed (default: its size on disk; None: unknown).
     """
-    fn = _ReadUnitFn(KEYS, True, group_bytes, max_record_bytes)
+    fn = _ReadUnitFn(KEYS, True, group_bytes, max_record_bytes, check)
     f = InputFile(0, str(path), path.name, path.stat().st_size if size is _LISTED else size)
     groups, parts = [], []
     for unit in plan_units(f, KEYS, group_bytes, unit_groups):
@@ -355,3 +356,91 @@ def test_each_group_records_the_milliseconds_spent_reading_it(tmp_path, monkeypa
     groups, _ = _read(_serial(tmp_path, [600, 500, 700, 10]), group_bytes=1000)
     # The clock is read once when reading starts or resumes and once when a group closes: one second each.
     assert [g.stats.totals["time_ms.read"] for g in groups] == [1000, 1000]
+
+
+def _no_x(values):
+    """A record check: a text holding "x" is bad."""
+    return ("has_x", f"{values[0][:3]!r}") if "x" in values[0] else None
+
+
+@pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.zst", "a.parquet", "a.txt"])
+def test_a_record_check_dead_letters_in_file_order_and_counts_it_bad(tmp_path, name):
+    texts = ["ok", "xa", "ok too", "bxb", "fine"] * 3
+    path = tmp_path / name
+    if name == "a.jsonl":
+        path.write_bytes(b"".join(_line(t) for t in texts))
+    elif name == "a.jsonl.zst":
+        path.write_bytes(zst(b"".join(_line(t) for t in texts)))
+    elif name == "a.parquet":
+        pq.write_table(pa.table({"text": texts}), path, row_group_size=4)
+    else:
+        path.write_text("a text with x")
+    groups, parts = _read(path, group_bytes=20 if name != "a.jsonl" else 1 << 20, check=_no_x)
+    letters = [r for p in sorted(parts, key=lambda p: (p.first_group, p.part)) for r in p.records]
+    totals = _totals(groups)
+    if name == "a.txt":
+        assert [(r.line, r.reason, r.detail) for r in letters] == [(None, "has_x", "'a t'")]
+        assert totals["bad.has_x"] == 1 and not totals["docs_good"]
+        return
+    first = 0 if name == "a.parquet" else 1
+    bad_at = [i for i, t in enumerate(texts) if "x" in t]
+    assert [(r.line, r.reason) for r in letters] == [(i + first, "has_x") for i in bad_at]
+    assert letters[0].raw == b"xa" and letters[0].detail == "'xa'" and letters[0].source == str(path)
+    assert totals["bad.has_x"] == len(bad_at) and totals["docs_good"] == len(texts) - len(bad_at)
+    assert totals["docs_read"] == len(texts)
+    kept = [d.values[0] for g in groups for d in g.docs]
+    assert kept == [t for t in texts if "x" not in t]
+
+
+def test_a_record_check_in_a_split_jsonl_numbers_lines_of_the_file(tmp_path):
+    texts = [f"{'x' if i % 7 == 3 else 'o'}{'.' * 40}" for i in range(60)]
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b"".join(_line(t) for t in texts))
+    groups, parts = _read(path, group_bytes=400, unit_groups=1, check=_no_x)
+    assert sum(1 for _ in plan_units(InputFile(0, str(path), path.name, path.stat().st_size), KEYS, 400, 1)) > 3
+    # Later units number from their own start; the sink turns them into file lines as for the readers' own.
+    from transforms.core.units import line_bases
+
+    assert any(p.relative for p in parts)
+    bases = line_bases((p.first_group, p.end_group, p.lines) for p in parts if p.lines is not None)
+    lines = [r.line + (bases[p.first_group] if p.relative else 0)
+             for p in sorted(parts, key=lambda p: (p.first_group, p.part)) for r in p.records]
+    assert lines == [i + 1 for i, t in enumerate(texts) if t.startswith("x")]
+
+
+def _first_has_y(values):
+    """A record check over two keys: bad when the first holds "y"."""
+    return ("has_y", "") if "y" in values[0] else None
+
+
+def test_a_record_checks_dead_letter_keeps_the_values_member_and_preview(tmp_path):
+    fn = _ReadUnitFn(("a", "b"), False, 1 << 20, 1 << 20, _first_has_y)
+    member = zst(b"".join(json.dumps({"a": a, "b": b}).encode() + b"\n"
+                          for a, b in [("ok", "1"), ("y" * 600, "z" * 600), ("fine", "2")]))
+    path = tmp_path / "a.jsonl.zst.tar"
+    path.write_bytes(make_tar([("m0.jsonl.zst", member)]))
+    unit = WorkUnit(InputFile(0, str(path), path.name, path.stat().st_size))
+    groups, parts, _ = _fn_outputs(fn, unit)
+    (record,) = [r for p in parts for r in p.records]
+    assert (record.line, record.reason, record.member) == (2, "has_y", "m0.jsonl.zst")
+    # The values, one per key, a line each, previewed as the readers preview a raw line.
+    assert record.raw == ("y" * 600 + "\n" + "z" * 424).encode()  # 1,025 bytes: one past the preview
+    assert record.to_json()["raw_truncated"] is True
+    assert [d.values for g in groups for d in g.docs] == [("ok", "1"), ("fine", "2")]
+
+
+def test_read_corpus_hands_its_check_to_the_reader(tmp_path):
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.util import assert_that, equal_to
+
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(_line("ok") + _line("xa") + _line("fine"))
+    p = beam.Pipeline(options=PipelineOptions(["--runner", "FnApiRunner"]))
+    read = (p | beam.Create([InputFile(0, str(path), path.name, path.stat().st_size)])
+            | ReadCorpus(keys=KEYS, join_keys=True, group_bytes=1 << 20, unit_groups=1, check=_no_x))
+    assert_that(read[DOCS] | beam.Map(lambda b: [d.values[0] for d in b.docs]), equal_to([["ok", "fine"]]),
+                label="docs")
+    assert_that(read[DEAD_LETTERS] | beam.Map(lambda part: [(r.line, r.reason) for r in part.records]),
+                equal_to([[(2, "has_x")]]), label="dead_letters")
+    p.run().wait_until_finish()

@@ -104,3 +104,31 @@ def test_check_accounting_of_a_section_without_sources():
     assert check_accounting(ok) == []
     wrong = {**ok, "documents_read": 4, "used": 2}
     assert check_accounting(wrong) == ["total: read 4 != good 2 + bad 1", "total: good 2 != used 2 + dropped 1"]
+
+
+def test_vsl_rows_count_their_document_segments():
+    # MODES.md §A1.6: two documents (3 and 2 positions) and 3 pads; a row of one 1-position document and
+    # 7 pads (its position id 0 is a document, the pads' are not); a full row of 2 documents.
+    example = [[1, 2, 3, 4, 5, PAD, PAD, PAD], [1, 1, 1, 1, 1, 0, 0, 0], [2, 3, EOS, 5, EOS, PAD, PAD, PAD],
+               [2, 1, 0, 1, 0, 0, 0, 0], [0, 1, 2, 0, 1, 0, 0, 0]]
+    single = [[7] + [PAD] * 7, [1] + [0] * 7, [EOS] + [PAD] * 7, [0] * 8, [0] * 8]
+    full = [[1, 2, 3, 4, 5, 6, 7, 8], [1] * 8, [2, 3, 4, EOS, 6, 7, 8, EOS], [3, 2, 1, 0, 3, 2, 1, 0],
+            [0, 1, 2, 3, 0, 1, 2, 3]]
+    s = row_stats(np.array([example, single, full], dtype=np.int32), inverted_mask=False)
+    assert s["num_segments"] == 2 + 1 + 2 and s["non_pad_tokens"] == 5 + 1 + 8
+    assert "num_segments" not in row_stats(np.array([example], dtype=np.int32)[:, :3], inverted_mask=False)
+
+
+def test_post_process_section_of_vsl_rows():
+    stats = Stats()
+    stats.add("docs_good", 7, "a.jsonl")
+    written = {"num_sequences": 3, "num_tokens": 24, "loss_valid_tokens": 20, "num_masked_tokens": 4,
+               "num_pad_tokens": 4, "num_segments": 7}
+    section = post_process_section(stats, written, eos_id=0, pad_id=1, vocab_size=8, vsl=True)
+    assert section["num_sequences_before_packing"] == 7
+    assert section["vsl_packing_factor"] == 2.3333  # 7 / 3, to 4 decimals
+    plain = post_process_section(stats, written, eos_id=0, pad_id=1, vocab_size=8)
+    assert set(section) - set(plain) == {"num_sequences_before_packing", "vsl_packing_factor"}
+    empty = post_process_section(stats, {}, eos_id=0, pad_id=1, vocab_size=8, vsl=True)
+    assert empty["num_sequences_before_packing"] == 0 and empty["vsl_packing_factor"] == 0.0
+    assert isinstance(empty["vsl_packing_factor"], float)

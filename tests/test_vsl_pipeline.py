@@ -9,7 +9,6 @@ file sizing, bad input accounted for, a sep token with every tokenizer type.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import math

@@ -8,7 +8,7 @@ them from data_params.json's `features`; 2.1.1 fixes them with `use_vsl`).
 
 from __future__ import annotations
 
-__all__ = ["LM_FEATURES", "VSL_FEATURES", "INPUT_IDS", "ATTENTION_MASK", "LABELS", "ATTENTION_SPAN",
+__all__ = ["LM_FEATURES", "VSL_FEATURES", "DPO_FEATURES", "INPUT_IDS", "ATTENTION_MASK", "LABELS", "ATTENTION_SPAN",
            "POSITION_IDS"]
 
 INPUT_IDS, ATTENTION_MASK, LABELS = 0, 1, 2  # the same three first rows in every layout
@@ -16,3 +16,5 @@ ATTENTION_SPAN, POSITION_IDS = 3, 4  # VSL: per document, positions left to atte
 
 LM_FEATURES = ("input_ids", "attention_mask", "labels")
 VSL_FEATURES = LM_FEATURES + ("attention_span", "position_ids")
+# DPO: the chosen and the rejected conversation, each as the three LM features (Cerebras 2.10's order).
+DPO_FEATURES = tuple(f"{side}_{name}" for side in ("chosen", "rejected") for name in LM_FEATURES)

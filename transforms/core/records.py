@@ -29,6 +29,22 @@ TOO_LONG = "too_long"
 RAW_PREVIEW_BYTES = 1024
 
 
+class JsonKey(str):
+    """A record key whose value is read whatever its JSON type and kept as JSON text.
+
+    Chat messages and DPO fields are lists of objects, not text: a reader
+    hands them on as `json.dumps(value)` so that a Document still holds one
+    string per key, and the stage that understands them parses them again.
+    A plain `str` key keeps its meaning: text, or a list of strings joined
+    as paragraphs.
+    """
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        return JsonKey, (str(self),)
+
+
 @dataclasses.dataclass(frozen=True)
 class InputFile:
     index: int  # position in the sorted input list

@@ -14,7 +14,7 @@ from typing import Iterable, Mapping, Optional
 
 import numpy as np
 
-from transforms.core.features import POSITION_IDS
+from transforms.core.features import POSITION_IDS, VSL_FEATURES
 
 __all__ = ["Stats", "merge", "ROWS_DROPPED", "H5_ROWS", "row_stats", "post_process_section", "h5_stats_section",
            "input_section", "check_accounting"]
@@ -92,7 +92,7 @@ def row_stats(rows: np.ndarray, inverted_mask: bool, trailing_eos_input: bool = 
         "non_pad_tokens": non_pad,
         "num_pad_tokens": n * msl - non_pad,
     })
-    if features > POSITION_IDS:
+    if features == len(VSL_FEATURES):
         # VSL: a document segment starts at every real position whose position id is 0 (so does every
         # padding position, which follows the real ones).
         counts["num_segments"] = int(np.count_nonzero(rows[:, POSITION_IDS, :] == 0)) - (n * msl - non_pad)

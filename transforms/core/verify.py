@@ -30,6 +30,22 @@ last of them:
   the real part: pad_id in input_ids and labels, 0 in attention_span and
   position_ids.
 
+- Chat (3 features, MODES.md §B2.3): one conversation per row, x[:-1],
+  x[1:] of its tokens; the mask any 0/1 pattern (the assistant turns), but the
+  tokens end with the last trained one, so the real part ends at `end`, as in
+  LMData, and labels[i] == input_ids[i + 1] inside it.
+- Chat_VSL (5 features): conversations as VSL documents (the VSL rules
+  above); the mask any pattern inside a conversation, but each
+  conversation's last position trained.
+- DPO (6 features, MODES.md §B3): two sequences per row, chosen (features
+  0-2) and rejected (3-5), each over S = P + R (prompt, response): input_ids
+  S unshifted, labels padding on the first |P| - 1 positions then R, the mask
+  one run on positions |P| - 1 .. |S| - 2 (the labels that are R). So per
+  side |P| = first trained position + 1 and |S| = `end` + 1 (like
+  Summarization's trailing EOS input, the last input's label is padding),
+  and both sides start with the same |P| input ids. The statistics count
+  both sides of every row (`sequences`), n_examples the rows.
+
 Everywhere: ids and labels in [0, vocab_size) (attention_span and
 position_ids are not ids: the reference's comparison of them with vocab_size
 is its bug, MODES.md §A5.9), mask values 0/1, pad_id on input and label
@@ -45,25 +61,29 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from transforms.core.features import (ATTENTION_MASK, ATTENTION_SPAN, INPUT_IDS, LABELS, LM_FEATURES, POSITION_IDS,
-                                      VSL_FEATURES)
+from transforms.core.features import (ATTENTION_MASK, ATTENTION_SPAN, DPO_FEATURES, INPUT_IDS, LABELS, LM_FEATURES,
+                                      POSITION_IDS, VSL_FEATURES)
 from transforms.core.stats import check_accounting
 
 __all__ = [
-    "LMDATA", "SUMMARIZATION", "FIM", "LMDATA_VSL", "SUMMARIZATION_VSL", "VSL_MODES", "OURS", "REFERENCE",
-    "DatasetSpec", "dataset_spec", "mode_features", "FileLayout", "check_layout", "RowChecker", "real_lengths",
-    "loss_positions", "document_starts", "count_rows", "real_inputs", "detokenized_inputs", "text_counts",
-    "expected_post_process", "expected_h5_dataset_stats", "check_stats", "check_config", "documents_per_row",
+    "LMDATA", "SUMMARIZATION", "FIM", "LMDATA_VSL", "SUMMARIZATION_VSL", "CHAT", "CHAT_VSL", "DPO", "VSL_MODES",
+    "DPO_SIDES", "OURS", "REFERENCE", "DatasetSpec", "dataset_spec", "mode_features", "FileLayout", "check_layout",
+    "RowChecker", "sequences", "real_lengths", "loss_positions", "document_starts", "trained_runs", "count_rows",
+    "real_inputs", "detokenized_inputs", "text_counts", "expected_post_process", "expected_h5_dataset_stats",
+    "check_stats", "check_config", "documents_per_row",
 ]
 
 LMDATA, SUMMARIZATION, FIM = "LMData", "Summarization", "FIM"
 LMDATA_VSL, SUMMARIZATION_VSL = "LMData_VSL", "Summarization_VSL"
-VSL_MODES = (LMDATA_VSL, SUMMARIZATION_VSL)
-_MODES = (LMDATA, SUMMARIZATION, FIM) + VSL_MODES
+CHAT, CHAT_VSL, DPO = "Chat", "Chat_VSL", "DPO"
+VSL_MODES = (LMDATA_VSL, SUMMARIZATION_VSL, CHAT_VSL)
+_MODES = (LMDATA, SUMMARIZATION, FIM, CHAT, DPO) + VSL_MODES
+DPO_SIDES = ("chosen", "rejected")  # the sequences of a DPO row, features 0-2 and 3-5
 OURS, REFERENCE = "create_hdf5_dataset", "reference"
 _PROCESSORS = {"LMDataPreprocessor": LMDATA, "SummarizationPreprocessor": SUMMARIZATION,
                "FIMDataPreprocessor": FIM, "VSLLMDataPreprocessor": LMDATA_VSL,
-               "VSLSummarizationPreprocessor": SUMMARIZATION_VSL}
+               "VSLSummarizationPreprocessor": SUMMARIZATION_VSL, "ChatPreprocessor": CHAT,
+               "VSLChatPreprocessor": CHAT_VSL, "DPOPreprocessor": DPO}
 _FACTOR_TOLERANCE = 0.5e-4  # vsl_packing_factor is rounded to 4 decimals
 # Examples shown per kind of row problem; the count is always exact.
 _EXAMPLES = 1
@@ -88,7 +108,8 @@ class DatasetSpec:
 
     @property
     def trailing_eos_input(self) -> bool:
-        return self.mode in (SUMMARIZATION, FIM)
+        """Whether a sequence's real inputs end one after its last trained position (see the module docstring)."""
+        return self.mode in (SUMMARIZATION, FIM, DPO)
 
     @property
     def vsl(self) -> bool:
@@ -108,9 +129,16 @@ class DatasetSpec:
         """Whether the mode-specific row checks apply: a known mode whose rows hold its features in order."""
         return self.mode is not None and self.feature_names == mode_features(self.mode)
 
+    @property
+    def sides(self) -> tuple:
+        """The sequences one row holds: DPO's chosen and rejected (3 features each), else one ("")."""
+        return DPO_SIDES if self.mode == DPO and self.feature_names == DPO_FEATURES else ("",)
+
 
 def mode_features(mode: Optional[str]) -> tuple:
     """The features a mode writes, in row order (3 for an unknown mode)."""
+    if mode == DPO:
+        return DPO_FEATURES
     return VSL_FEATURES if mode in VSL_MODES else LM_FEATURES
 
 
@@ -239,8 +267,21 @@ def check_layout(layout: FileLayout, max_seq_length: Optional[int] = None,
 # ------------------------------------------------------------------------- rows
 
 
+def sequences(rows: np.ndarray, spec: DatasetSpec) -> np.ndarray:
+    """The sequences of rows [n, F, msl]: DPO's sides as [2n, 3, msl], row i's chosen side at 2i and its rejected
+    side at 2i + 1; every other mode's rows as they are.
+
+    `loss_positions`, `real_lengths` and `real_inputs` read sequences: give them these for DPO rows.
+    """
+    k = len(spec.sides)
+    if k == 1 or rows.ndim != 3 or rows.shape[1] != 3 * k:
+        return rows
+    n, _, msl = rows.shape
+    return rows.reshape(n * k, 3, msl)
+
+
 def loss_positions(rows: np.ndarray, spec: DatasetSpec) -> np.ndarray:
-    """[n, msl] bool: positions whose label is trained."""
+    """[n, msl] bool: positions whose label is trained (of sequences: DPO rows through `sequences`)."""
     return rows[:, ATTENTION_MASK, :] == spec.loss_value
 
 
@@ -252,7 +293,8 @@ def _loss_end(loss: np.ndarray) -> np.ndarray:
 
 
 def real_lengths(rows: np.ndarray, spec: DatasetSpec) -> np.ndarray:
-    """Per row, the number of real (non-pad) input positions; see the module docstring."""
+    """Per row (sequence: DPO rows through `sequences`), the number of real (non-pad) input positions; see the
+    module docstring."""
     end = _loss_end(loss_positions(rows, spec))
     if spec.trailing_eos_input:
         end = np.where(end > 0, np.minimum(end + 1, rows.shape[2]), 0)
@@ -265,11 +307,22 @@ def document_starts(rows: np.ndarray, spec: DatasetSpec) -> np.ndarray:
     return real & (rows[:, POSITION_IDS, :] == 0)
 
 
+def trained_runs(rows: np.ndarray, spec: DatasetSpec) -> np.ndarray:
+    """Per row (sequence), its runs of trained positions: in Chat, the assistant turns it trains."""
+    loss = loss_positions(rows, spec)
+    begins = loss.copy()
+    begins[:, 1:] &= ~loss[:, :-1]
+    return begins.sum(axis=1)
+
+
 def documents_per_row(rows: np.ndarray, spec: DatasetSpec) -> np.ndarray:
-    """Per row, its documents: VSL, the segments it holds (position_ids 0 in the real part); otherwise the
-    EOS ids among the real inputs (documents that end in the row)."""
+    """Per row, its documents: VSL, the segments it holds (position_ids 0 in the real part); Chat and DPO,
+    one (a conversation, an example); otherwise the EOS ids among the real inputs (documents that end in
+    the row)."""
     if spec.vsl and rows.shape[1] == len(VSL_FEATURES):
         return document_starts(rows, spec).sum(axis=1)
+    if spec.mode in (CHAT, DPO):
+        return np.ones(len(rows), dtype=np.int64)
     if spec.eos_id is None:
         return np.zeros(len(rows), dtype=np.int64)
     real = np.arange(rows.shape[2])[None, :] < real_lengths(rows, spec)[:, None]
@@ -298,8 +351,10 @@ class RowChecker:
         spec = self._spec
         if rows.ndim != 3 or rows.shape[1] != spec.num_features or not len(rows):
             return
+        seqs = sequences(rows, spec)  # DPO: the sides, sequence q is row q // 2's side q % 2
+        where = _where(start, spec.sides)
         n, _, msl = rows.shape
-        inp, mask, lab = rows[:, INPUT_IDS, :], rows[:, ATTENTION_MASK, :], rows[:, LABELS, :]
+        inp, mask, lab = seqs[:, INPUT_IDS, :], seqs[:, ATTENTION_MASK, :], seqs[:, LABELS, :]
 
         if self._vocab is not None:
             for name, ids in (("input_ids", inp), ("labels", lab)):
@@ -307,26 +362,33 @@ class RowChecker:
                 if high.any():
                     r, p = _first(high)
                     self._add(f"{name}>=vocab", int(high.sum()),
-                              f"row {start + r}, position {p}: {int(ids[r, p])}",
+                              f"{where(r)}, position {p}: {int(ids[r, p])}",
                               int(ids.max()), max)
         for name, ids in (("input_ids", inp), ("labels", lab)):
             neg = ids < 0
             if neg.any():
                 r, p = _first(neg)
-                self._add(f"{name}<0", int(neg.sum()), f"row {start + r}, position {p}: {int(ids[r, p])}")
+                self._add(f"{name}<0", int(neg.sum()), f"{where(r)}, position {p}: {int(ids[r, p])}")
         bad_mask = (mask != 0) & (mask != 1)
         if bad_mask.any():
             r, p = _first(bad_mask)
-            self._add("mask", int(bad_mask.sum()), f"row {start + r}, position {p}: {int(mask[r, p])}")
+            self._add("mask", int(bad_mask.sum()), f"{where(r)}, position {p}: {int(mask[r, p])}")
 
         loss = mask == spec.loss_value
         end = _loss_end(loss)
         has_loss = end > 0
-        self._no_loss_rows += int((~has_loss).sum())
+        if len(spec.sides) == 1:  # a DPO side without one is a problem (_add_dpo)
+            self._no_loss_rows += int((~has_loss).sum())
         if not spec.rows_known:
             return
         if spec.vsl:
-            self._add_vsl(rows, start, loss, end)
+            self._add_vsl(rows, where, loss, end)
+            return
+        if spec.mode == CHAT:
+            self._add_chat(rows, where, loss)
+            return
+        if spec.mode == DPO:
+            self._add_dpo(seqs, start, where, loss)
             return
         pos = np.arange(msl)[None, :]
         count = loss.sum(axis=1)
@@ -377,14 +439,111 @@ class RowChecker:
                 self._add("last_label", int(bad.sum()), f"row {start + r}, position {int(end[r]) - 1}: "
                                                         f"{int(last[k])}", spec.eos_id)
 
-    def _add_rows(self, kind: str, bad: np.ndarray, start: int, example: Callable[[int, int], str],
+    def _add_rows(self, kind: str, bad: np.ndarray, where: Callable[[int], str], example: Callable[[int, int], str],
                   extra: Any = None) -> None:
-        """A problem counted in rows: `bad` [n, msl], `example(r, p)` describes its first position."""
+        """A problem counted in rows (DPO: sides): `bad` [n, msl], `example(r, p)` describes its first position."""
         if bad.any():
             r, p = _first(bad)
-            self._add(kind, int(bad.any(axis=1).sum()), f"row {start + r}, position {p}: {example(r, p)}", extra)
+            self._add(kind, int(bad.any(axis=1).sum()), f"{where(r)}, position {p}: {example(r, p)}", extra)
 
-    def _add_vsl(self, rows: np.ndarray, start: int, loss: np.ndarray, end: np.ndarray) -> None:
+    def _add_pad(self, name: str, bad: np.ndarray, values: np.ndarray, where: Callable[[int], str], want: int) -> None:
+        """Padding positions of `name` that do not hold `want`, counted in positions."""
+        if bad.any():
+            r, p = _first(bad)
+            self._add(f"pad_{name}", int(bad.sum()), f"{where(r)}, position {p}: {int(values[r, p])}", want)
+
+    def _add_chat(self, rows: np.ndarray, where: Callable[[int], str], loss: np.ndarray) -> None:
+        """The Chat invariants (module docstring): any mask, labels shifted inside the real part, which ends
+        with its last trained position, then padding. Padding is known by its look (pad_id as input and label),
+        so that a trained padding position is named as such, not read as a longer real part."""
+        spec = self._spec
+        n, _, msl = rows.shape
+        inp, lab = rows[:, INPUT_IDS, :], rows[:, LABELS, :]
+        idx = np.broadcast_to(np.arange(msl)[None, :], (n, msl))
+        pad = spec.pad_id
+        if pad is not None:
+            padlike = (inp == pad) & (lab == pad)
+            self._add_pad("attention_mask", loss & padlike, rows[:, ATTENTION_MASK, :], where, 1 - spec.loss_value)
+            loss = loss & ~padlike
+        end = _loss_end(loss)
+        real = idx < end[:, None]
+        # Labels are the next input inside the real part (the last real label is the conversation's last token).
+        shifted = np.zeros((n, msl), dtype=bool)
+        shifted[:, :-1] = real[:, 1:] & (lab[:, :-1] != inp[:, 1:])
+        self._add_rows("shift", shifted, where,
+                       lambda r, p: f"label {int(lab[r, p])}, next input_id {int(inp[r, p + 1])}")
+        if pad is None:
+            return
+        # The real part ends with its last trained position: the input after it is padding.
+        tail = (idx == end[:, None]) & (inp != pad)
+        self._add_rows("chat_tail", tail, where, lambda r, p: f"input_id {int(inp[r, p])}")
+        after = ~real & ~tail.any(axis=1)[:, None]
+        for name, ids in (("input_ids", inp), ("labels", lab)):
+            self._add_pad(name, after & (ids != pad), ids, where, pad)
+
+    def _add_dpo(self, seqs: np.ndarray, start: int, where: Callable[[int], str], loss: np.ndarray) -> None:
+        """The DPO invariants (module docstring), per side (`seqs` [2n, 3, msl] from `sequences`): one run of
+        trained positions |P|-1 .. |S|-2, the prompt's labels padding, labels the next input inside the run,
+        padding after it; then per row, the same prompt on both sides."""
+        spec = self._spec
+        m, _, msl = seqs.shape
+        inp, lab = seqs[:, INPUT_IDS, :], seqs[:, LABELS, :]
+        idx = np.broadcast_to(np.arange(msl)[None, :], (m, msl))
+        pad = spec.pad_id
+        has = loss.any(axis=1)
+        end = _loss_end(loss)  # |S| - 1 on a good side
+        first = np.argmax(loss, axis=1)  # |P| - 1 on a good side
+        runs = trained_runs(seqs, spec)
+        bad = ~has | (runs > 1)
+        if bad.any():
+            q = int(np.flatnonzero(bad)[0])
+            what = f"{int(runs[q])} runs of trained positions" if has[q] else "no trained position"
+            self._add("mask_layout", int(bad.sum()), f"{where(q)}: {what}",
+                      "one run of trained positions (those whose labels are the response)")
+        if not has.any():
+            return
+        after_first = has[:, None] & (idx >= first[:, None])
+        if pad is not None:
+            self._add_rows("dpo_prompt_labels", has[:, None] & (idx < first[:, None]) & (lab != pad), where,
+                           lambda q, p: f"{int(lab[q, p])}", pad)
+        # Inside the run, labels are the next input: the response, S[|P|:].
+        shifted = np.zeros((m, msl), dtype=bool)
+        shifted[:, :-1] = (after_first & (idx < end[:, None]))[:, :-1] & (lab[:, :-1] != inp[:, 1:])
+        self._add_rows("shift", shifted, where,
+                       lambda q, p: f"label {int(lab[q, p])}, next input_id {int(inp[q, p + 1])}")
+        # The run ends at |S| - 2: its last label is the response's last token, itself the last real input.
+        at_row_end = has & (end == msl)
+        bad_end = at_row_end.copy()
+        if pad is not None:
+            bad_end |= has & (lab[np.arange(m), np.maximum(end - 1, 0)] == pad)
+        if bad_end.any():
+            q = int(np.flatnonzero(bad_end)[0])
+            self._add("dpo_mask_end", int(bad_end.sum()), f"{where(q)}, position {int(end[q]) - 1}: " + (
+                "the row's last position, whose label is no input" if at_row_end[q]
+                else f"its label is pad_id {pad}"))
+        # Padding: inputs after S (from `end` + 1), labels after the run (from `end`).
+        if pad is not None:
+            self._add_pad("input_ids", has[:, None] & (idx > end[:, None]) & (inp != pad), inp, where, pad)
+            self._add_pad("labels", has[:, None] & (idx >= end[:, None]) & (lab != pad), lab, where, pad)
+        # Both sides start with the same prompt: |P| = first trained position + 1 input ids.
+        k = len(spec.sides)
+        both = has[0::k] & has[1::k]
+        plen = (first + 1)[0::k], (first + 1)[1::k]
+        longer = both & (plen[0] != plen[1])
+        differ = (both & ~longer)[:, None] & (idx[0::k] < plen[0][:, None]) & (inp[0::k] != inp[1::k])
+        bad_rows = longer | differ.any(axis=1)
+        if bad_rows.any():
+            i = int(np.flatnonzero(bad_rows)[0])
+            if longer[i]:
+                example = (f"row {start + i}: {int(plen[0][i])} prompt tokens ({spec.sides[0]}), "
+                           f"{int(plen[1][i])} ({spec.sides[1]})")
+            else:
+                p = int(np.flatnonzero(differ[i])[0])
+                example = (f"row {start + i}, position {p}: {int(inp[k * i, p])} ({spec.sides[0]}), "
+                           f"{int(inp[k * i + 1, p])} ({spec.sides[1]})")
+            self._add("dpo_prompts", int(bad_rows.sum()), example)
+
+    def _add_vsl(self, rows: np.ndarray, where: Callable[[int], str], loss: np.ndarray, end: np.ndarray) -> None:
         """The VSL invariants (module docstring): documents, their position_ids, attention_span, shift, padding
         and mask, all read from the row itself: a document starts at each position_ids 0 of the real part."""
         spec = self._spec
@@ -392,6 +551,14 @@ class RowChecker:
         inp, lab = rows[:, INPUT_IDS, :], rows[:, LABELS, :]
         span, pos = rows[:, ATTENTION_SPAN, :], rows[:, POSITION_IDS, :]
         idx = np.broadcast_to(np.arange(msl)[None, :], (n, msl))
+        # Trained padding would make `end` msl and read as one-position documents, so padding is found by its
+        # look instead: the trailing positions with pad ids and span and position 0. The real part ends at the
+        # last trained position before it.
+        trained_pad = np.zeros((n, msl), dtype=bool)
+        if spec.pad_id is not None:
+            padlike = (inp == spec.pad_id) & (lab == spec.pad_id) & (span == 0) & (pos == 0)
+            trained_pad = (idx >= _loss_end(~padlike)[:, None]) & loss
+            end = _loss_end(loss & ~trained_pad)
         real = idx < end[:, None]
         starts = real & ((pos == 0) | (idx == 0))
         # A document's last position: the last real one, or one followed by a document start.
@@ -400,22 +567,22 @@ class RowChecker:
         inner = real & ~last  # followed by a position of the same document
 
         # The real part begins a document.
-        self._add_rows("vsl_start", real & (idx == 0) & (pos != 0), start,
+        self._add_rows("vsl_start", real & (idx == 0) & (pos != 0), where,
                        lambda r, p: f"position_ids {int(pos[r, p])}")
         # position_ids: 0, 1, 2, ... from each document's start.
         doc_start = np.maximum.accumulate(np.where(starts, idx, 0), axis=1)
         want_pos = idx - doc_start
-        self._add_rows("vsl_position_ids", real & (idx > 0) & (pos != want_pos), start,
+        self._add_rows("vsl_position_ids", real & (idx > 0) & (pos != want_pos), where,
                        lambda r, p: f"{int(pos[r, p])}, expected {int(want_pos[r, p])}")
         # attention_span: n-1, ..., 0 over a document of n positions (positions left to its last one).
         doc_last = np.minimum.accumulate(np.where(last, idx, msl)[:, ::-1], axis=1)[:, ::-1]
         want_span = doc_last - idx
-        self._add_rows("vsl_attention_span", real & (span != want_span), start,
+        self._add_rows("vsl_attention_span", real & (span != want_span), where,
                        lambda r, p: f"{int(span[r, p])}, expected {int(want_span[r, p])}")
         # Labels are the next input inside a document; a document's last label is not in the row.
         shifted = np.zeros((n, msl), dtype=bool)
         shifted[:, :-1] = inner[:, :-1] & (lab[:, :-1] != inp[:, 1:])
-        self._add_rows("shift", shifted, start,
+        self._add_rows("shift", shifted, where,
                        lambda r, p: f"label {int(lab[r, p])}, next input_id {int(inp[r, p + 1])}")
         # Padding after the real part.
         after = ~real
@@ -426,25 +593,22 @@ class RowChecker:
             bad = after & (values != want)
             if bad.any():
                 r, p = _first(bad)
-                self._add(f"pad_{name}", int(bad.sum()), f"row {start + r}, position {p}: {int(values[r, p])}",
+                self._add(f"pad_{name}", int(bad.sum()), f"{where(r)}, position {p}: {int(values[r, p])}",
                           want)
-        # The mask on padding. Trained padding would make `end` msl and read as one-position documents, so
-        # padding is found by its look instead: the trailing positions with pad ids and span and position 0.
-        if spec.pad_id is not None:
-            padlike = (inp == spec.pad_id) & (lab == spec.pad_id) & (span == 0) & (pos == 0)
-            trained_pad = (idx >= _loss_end(~padlike)[:, None]) & loss
-            if trained_pad.any():
-                r, p = _first(trained_pad)
-                self._add("pad_attention_mask", int(trained_pad.sum()),
-                          f"row {start + r}, position {p}: {spec.loss_value}", 1 - spec.loss_value)
+        # The mask on padding.
+        self._add_pad("attention_mask", trained_pad, rows[:, ATTENTION_MASK, :], where, 1 - spec.loss_value)
         # The mask of the real part.
         if spec.mode == LMDATA_VSL:
-            self._add_rows("mask_layout", real & ~loss, start, lambda r, p: "not trained",
+            self._add_rows("mask_layout", real & ~loss, where, lambda r, p: "not trained",
                            "trained on every real position")
+        elif spec.mode == CHAT_VSL:
+            self._add_rows("mask_layout", last & ~loss, where,
+                           lambda r, p: "a conversation's last position, not trained",
+                           "trained at each conversation's last position")
         else:
             loss_next = np.zeros((n, msl), dtype=bool)
             loss_next[:, :-1] = loss[:, 1:]
-            self._add_rows("mask_layout", (inner & loss & ~loss_next) | (last & ~loss), start,
+            self._add_rows("mask_layout", (inner & loss & ~loss_next) | (last & ~loss), where,
                            lambda r, p: "trained, the next position of its document not" if loss[r, p]
                            else "a document's last position, not trained",
                            "one run of trained positions per document, ending at its last position")
@@ -452,7 +616,7 @@ class RowChecker:
                 bad = last & (lab != spec.eos_id)
                 if bad.any():
                     r, p = _first(bad)
-                    self._add("doc_last_label", int(bad.sum()), f"row {start + r}, position {p}: {int(lab[r, p])}",
+                    self._add("doc_last_label", int(bad.sum()), f"{where(r)}, position {p}: {int(lab[r, p])}",
                               spec.eos_id)
 
     def problems(self) -> list[str]:
@@ -472,9 +636,19 @@ def _first(mask: np.ndarray) -> tuple[int, int]:
     return int(r), int(p)
 
 
+def _where(start: int, sides: tuple) -> Callable[[int], str]:
+    """Names sequence q of a block whose first row is `start`: "row 7", or a DPO side, "row 7 (rejected)"."""
+    if len(sides) == 1:
+        return lambda q: f"row {start + q}"
+    return lambda q: f"row {start + q // len(sides)} ({sides[q % len(sides)]})"
+
+
 def _describe(kind: str, count: int, example: str, extra: Any, vocab: Optional[int], spec: DatasetSpec) -> str:
-    rows = f"{count} row{'' if count == 1 else 's'}"
+    # DPO's checks count sides (a row holds two), but for the prompts both sides share.
+    unit = "side" if len(spec.sides) > 1 and kind != "dpo_prompts" else "row"
+    rows = f"{count} {unit}{'' if count == 1 else 's'}"
     mask_name = "inverted mask" if spec.inverted_mask else "mask"
+    doc = "conversation" if spec.mode == CHAT_VSL else "document"
     if kind.endswith(">=vocab"):
         name = kind.split(">=")[0]
         return f"{count} {name} >= vocab_size {vocab} (max {extra}; first: {example})"
@@ -486,27 +660,43 @@ def _describe(kind: str, count: int, example: str, extra: Any, vocab: Optional[i
         return f"{rows} whose {mask_name} is not {extra} as {spec.mode} writes it (first: {example})"
     if kind == "shift":
         scope = {LMDATA: "in the real part", LMDATA_VSL: "inside each document",
-                 SUMMARIZATION_VSL: "inside each document"}.get(spec.mode, "(x[:-1], x[1:] construction)")
+                 SUMMARIZATION_VSL: "inside each document", CHAT: "in the real part",
+                 CHAT_VSL: "inside each conversation", DPO: "over the trained positions (the response)",
+                 }.get(spec.mode, "(x[:-1], x[1:] construction)")
         return f"{rows} whose labels are not input_ids shifted by one {scope} (first: {example})"
     if kind in ("pad_attention_span", "pad_position_ids"):
         return f"{count} {kind[4:]} after the real part are not {extra} (first: {example})"
     if kind == "pad_attention_mask":
         return (f"{count} padding position{' is' if count == 1 else 's are'} trained: {mask_name} not {extra} "
                 f"(first: {example})")
+    if kind == "pad_labels" and spec.mode == DPO:
+        return f"{count} labels after the last trained position are not pad_id {extra} (first: {example})"
     if kind.startswith("pad_"):
         return f"{count} {kind[4:]} after the real part are not pad_id {extra} (first: {example})"
     if kind == "last_label":
         return f"{rows} whose last trained label is not EOS {extra} (first: {example})"
     if kind == "vsl_start":
-        return f"{rows} whose real part does not start with a document (position_ids[0] is not 0) (first: {example})"
+        return f"{rows} whose real part does not start with a {doc} (position_ids[0] is not 0) (first: {example})"
     if kind == "vsl_position_ids":
-        return f"{rows} whose position_ids do not count 0, 1, 2, ... from each document's start (first: {example})"
+        return f"{rows} whose position_ids do not count 0, 1, 2, ... from each {doc}'s start (first: {example})"
     if kind == "vsl_attention_span":
-        return (f"{rows} whose attention_span does not count down to 0 at each document's last position "
+        return (f"{rows} whose attention_span does not count down to 0 at each {doc}'s last position "
                 f"(first: {example})")
     if kind == "doc_last_label":
         return (f"{count} document{'' if count == 1 else 's'} whose last label (a trained position) is not "
                 f"EOS {extra} (first: {example})")
+    if kind == "chat_tail":
+        return (f"{rows} whose real part does not end with a trained position: a token follows the last trained "
+                f"one where padding should (first: {example})")
+    if kind == "dpo_prompt_labels":
+        return (f"{rows} whose prompt labels (the positions before the first trained one) are not pad_id {extra} "
+                f"(first: {example})")
+    if kind == "dpo_mask_end":
+        return (f"{rows} whose trained positions do not end at |S|-2, the position whose label is the response's "
+                f"last token (first: {example})")
+    if kind == "dpo_prompts":
+        return (f"{rows} whose chosen and rejected sides do not start with the same prompt (the input_ids up to "
+                f"the first trained position) (first: {example})")
     return f"{count} {kind} (first: {example})"
 
 
@@ -514,21 +704,26 @@ def _describe(kind: str, count: int, example: str, extra: Any, vocab: Optional[i
 
 
 def count_rows(rows: np.ndarray, spec: DatasetSpec) -> Counter:
-    """The statistics of rows as written, recounted independently of transforms.core.stats."""
+    """The statistics of rows as written, recounted independently of transforms.core.stats.
+
+    DPO: every token count covers both sides of each row (`sequences`); num_sequences counts rows.
+    """
     n, _, msl = rows.shape if rows.ndim == 3 else (0, 3, 0)
     if not n:
         return Counter()
-    loss = int(loss_positions(rows, spec).sum())
-    real = int(real_lengths(rows, spec).sum())
+    seqs = sequences(rows, spec)
+    tokens = len(seqs) * msl
+    loss = int(loss_positions(seqs, spec).sum())
+    real = int(real_lengths(seqs, spec).sum())
     out = Counter({
         "num_sequences": n,
-        "num_tokens": n * msl,
+        "num_tokens": tokens,
         "loss_valid_tokens": loss,
-        "num_masked_tokens": n * msl - loss,
+        "num_masked_tokens": tokens - loss,
         "non_pad_tokens": real,
-        "num_pad_tokens": n * msl - real,
+        "num_pad_tokens": tokens - real,
     })
-    inp = rows[:, INPUT_IDS, :]
+    inp = seqs[:, INPUT_IDS, :]
     if spec.pad_id is not None:
         out["input_ids_equal_pad_id"] = int((inp == spec.pad_id).sum())
     if spec.vsl and rows.shape[1] == len(VSL_FEATURES):
@@ -543,8 +738,9 @@ def count_rows(rows: np.ndarray, spec: DatasetSpec) -> Counter:
 
 
 def real_inputs(rows: np.ndarray, spec: DatasetSpec) -> list[list[int]]:
-    """Each row's real input ids, for detokenizing."""
-    return [rows[i, INPUT_IDS, :k].tolist() for i, k in enumerate(real_lengths(rows, spec).tolist())]
+    """Each row's real input ids, for detokenizing (DPO: each side's, chosen then rejected, row by row)."""
+    seqs = sequences(rows, spec)
+    return [seqs[i, INPUT_IDS, :k].tolist() for i, k in enumerate(real_lengths(seqs, spec).tolist())]
 
 
 def detokenized_inputs(rows: np.ndarray, spec: DatasetSpec) -> list[list[int]]:

@@ -78,13 +78,15 @@ class Segments:
     Segment i is tokens[starts[i] : starts[i] + positions[i] + 1]: `positions[i]`
     inputs, each labelled by the token after it. Its first trained position is
     `mask_from[i]` (0 for LMData_VSL; for Summarization_VSL the position whose
-    label is the first completion token).
+    label is the first completion token), unless `trained` says per token
+    which ones are trained labels (Chat_VSL: the assistant turns).
     """
 
     tokens: np.ndarray  # int32
     starts: np.ndarray  # int64
     positions: np.ndarray  # int64, each in [1, msl]
     mask_from: np.ndarray  # int64
+    trained: Optional[np.ndarray] = None  # bool, one per token: a position is trained when its label's token is
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -307,7 +309,9 @@ class PackedRows:
         span = np.repeat((pieces - 1).astype(np.int32), pieces)
         span -= k
         out[:, ATTENTION_SPAN, :] = span.reshape(shape)
-        if mask_from.any():
+        if seg.trained is not None:
+            out[:, ATTENTION_MASK, :] = np.take(seg.trained, source, mode="clip").reshape(shape)
+        elif mask_from.any():
             out[:, ATTENTION_MASK, :] = (k >= np.repeat(mask_from.astype(np.int32), pieces)).reshape(shape)
         else:
             out[:, ATTENTION_MASK, :] = 1

@@ -4,13 +4,16 @@
     for batch in H5Dataset("gs://bucket/out", host_index=rank, num_hosts=world, batch_size=8,
                            drop_remainder=True):
         batch["input_ids"], batch["attention_mask"], batch["labels"]  # int32 [8, msl] each
-        batch["attention_span"], batch["position_ids"]  # VSL datasets only
+        batch["attention_span"], batch["position_ids"]  # VSL datasets only (LMData_VSL, ..., Chat_VSL)
+    # DPO: batch["chosen_input_ids"], batch["chosen_attention_mask"], batch["chosen_labels"] and the same
+    # three of "rejected_"
 
 Rows are dicts by feature name, the names data_params.json's `features`
 lists in row order; without that list (older outputs, the reference's), the
-three of LMData / Summarization / FIM, or the five of VSL when
-`setup.mode` / `setup.dataset_processor` names a VSL mode, or when there is
-no data_params.json, as many as the first file holds.
+three of LMData / Summarization / FIM / Chat, the five of VSL or the six of
+DPO when `setup.mode` / `setup.dataset_processor` names such a mode, or when
+there is no data_params.json, as many as the first file holds (5: VSL's,
+6: DPO's, else the three).
 
 Files are read in name order, digit runs compared as numbers (so
 `examples_100000.h5` follows `examples_99999.h5`), rows in file order.
@@ -41,7 +44,7 @@ import fsspec
 import h5py
 import numpy as np
 
-from transforms.core.features import LM_FEATURES, VSL_FEATURES
+from transforms.core.features import DPO_FEATURES, LM_FEATURES, VSL_FEATURES
 from transforms.core.tokenizer import Tokenizer, build_tokenizer
 from transforms.core.verify import FileLayout
 from transforms.io import fs
@@ -52,7 +55,9 @@ __all__ = ["H5Dataset", "iter_dataset", "list_h5_files", "host_files", "open_dat
 
 PARAMS_FILE = "data_params.json"
 KEYS = LM_FEATURES  # the features of a 3-feature row (LMData, Summarization, FIM)
-_VSL_SETUPS = ("LMData_VSL", "Summarization_VSL", "VSLLMDataPreprocessor", "VSLSummarizationPreprocessor")
+_VSL_SETUPS = ("LMData_VSL", "Summarization_VSL", "Chat_VSL", "VSLLMDataPreprocessor", "VSLSummarizationPreprocessor",
+               "VSLChatPreprocessor")
+_DPO_SETUPS = ("DPO", "DPOPreprocessor")
 _BLOCK_BYTES = 16 << 20  # rows read per h5py call: about this many bytes
 
 
@@ -133,13 +138,16 @@ def feature_names(params: Optional[dict], file_features: Optional[int] = None) -
     """The names of a row's features, in order (module docstring). `file_features`: what the first file
     holds, used only when there is no data_params.json."""
     if params is None:
-        return VSL_FEATURES if file_features == len(VSL_FEATURES) else LM_FEATURES
+        return {len(VSL_FEATURES): VSL_FEATURES, len(DPO_FEATURES): DPO_FEATURES}.get(file_features, LM_FEATURES)
     listed = params.get("features")
     if isinstance(listed, list) and listed and all(isinstance(name, str) for name in listed):
         return tuple(listed)
     setup = params.get("setup") or {}
-    if setup.get("mode") in _VSL_SETUPS or setup.get("dataset_processor") in _VSL_SETUPS:
+    named = (setup.get("mode"), setup.get("dataset_processor"))
+    if any(name in _VSL_SETUPS for name in named):
         return VSL_FEATURES
+    if any(name in _DPO_SETUPS for name in named):
+        return DPO_FEATURES
     return LM_FEATURES
 
 

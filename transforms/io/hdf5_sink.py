@@ -49,7 +49,8 @@ class RowFormat:
     max_seq_length: int
     pad_id: int
     inverted_mask: bool
-    trailing_eos_input: bool  # Summarization and FIM rows end their real input with an untrained EOS
+    trailing_eos_input: bool  # Summarization, FIM and DPO rows end their real input with an untrained EOS
+    sides: int = 1  # DPO: a row is two sequences (chosen, rejected) of 3 features each, counted both
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,10 +115,14 @@ class _EncodeFn(beam.DoFn):
             progress.settle(block.group.name, encoded_rows / max(len(block), 1))
             progress.count("sequences", len(rows))
             # Counted on exactly the rows that are compressed, so on exactly what the files hold.
+            n = len(rows)
+            if fmt.sides > 1:  # DPO: the sides one after another, each a 3-feature sequence
+                rows = np.concatenate(np.split(rows, fmt.sides, axis=1))
             lengths = real_lengths(rows, fmt.inverted_mask, fmt.trailing_eos_input)
             counters = row_stats(rows, fmt.inverted_mask, fmt.trailing_eos_input, lengths=lengths)
+            counters["num_sequences"] = n  # examples, whatever the sides
             counters["detokenized_chars"], counters["detokenized_bytes"] = self._detok.count(
-                [rows[i, 0, :n] for i, n in enumerate(lengths.tolist())])
+                [rows[i, 0, :k] for i, k in enumerate(lengths.tolist())])
             for key, value in counters.items():
                 stats.totals[H5_ROWS + key] += int(value)
 

@@ -12,6 +12,7 @@ from typing import Optional
 
 import apache_beam as beam
 
+from transforms.core.chat.batch import ROLE_TOKENS, ROLE_TRAINED
 from transforms.core.features import LM_FEATURES, VSL_FEATURES
 from transforms.core.stats import (H5_ROWS, ROWS_DROPPED, Stats, check_accounting, h5_stats_section, input_section,
                                    merge, post_process_section)
@@ -61,6 +62,10 @@ def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad
     rows_dropped = stats.with_prefix(ROWS_DROPPED)
     if rows_dropped:
         params["rows_dropped_by_reason"] = rows_dropped
+    tokens_by_role = stats.with_prefix(ROLE_TOKENS)
+    if tokens_by_role:  # Chat modes: where the tokens and the loss are, by role (counted as encoded)
+        params["chat"] = {"tokens_by_role": tokens_by_role,
+                          "loss_valid_tokens_by_role": stats.with_prefix(ROLE_TRAINED)}
     params["files"] = {s.name: s.num_sequences for s in sorted(shards, key=lambda s: s.index)}
     params.update(extra)
     run = dict(params.get("run", {}))

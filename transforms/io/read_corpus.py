@@ -24,8 +24,8 @@ from typing import Iterator, Optional
 import apache_beam as beam
 from apache_beam import pvalue
 
-from transforms.core.records import BYTES, ROWS, BadRecord, DeadLetterPart, DocBatch, Document, GroupId, InputFile, \
-    WorkUnit
+from transforms.core.records import BYTES, RAW_PREVIEW_BYTES, ROWS, BadRecord, DeadLetterPart, DocBatch, Document, \
+    GroupId, InputFile, WorkUnit
 from transforms.core.stats import Stats
 from transforms.core.timing import TIME_PREFIX
 from transforms.core.units import jsonl_units, parquet_units, whole_file
@@ -170,10 +170,19 @@ def _records(unit: WorkUnit, keys: tuple, max_record_bytes: int, position: Strea
             yield None, record
 
 
+def _line_of(path: str, index: int) -> Optional[int]:
+    """A document's place as its readers number bad records: 1-based line, 0-based parquet row, none for .txt."""
+    ext = extension_of(path)
+    if ext == ".txt":
+        return None
+    return index if ext == ".parquet" else index + 1
+
+
 class _ReadUnitFn(beam.DoFn):
-    def __init__(self, keys: tuple, join_keys: bool, group_bytes: int, max_record_bytes: int):
+    def __init__(self, keys: tuple, join_keys: bool, group_bytes: int, max_record_bytes: int, check=None):
         self._keys = keys
         self._join_keys = join_keys
+        self._check = check
         self._group_bytes = group_bytes
         self._max_record_bytes = max_record_bytes
         self._docs = beam.metrics.Metrics.counter("read", "documents")
@@ -210,6 +219,13 @@ class _ReadUnitFn(beam.DoFn):
                 continue
             lines += 1
             stats.add("docs_read", 1, f.path)
+            if self._check is not None and type(record) is Document:
+                failure = self._check(record.values)
+                if failure is not None:
+                    reason, detail = failure
+                    raw = "\n".join(record.values).encode("utf-8", "surrogatepass")
+                    record = BadRecord(f.path, _line_of(f.path, record.index), reason, raw[:RAW_PREVIEW_BYTES + 1],
+                                       record.member, detail)
             if type(record) is BadRecord:
                 stats.add(f"bad.{record.reason}", 1, f.path)
                 self._bad.inc()
@@ -274,18 +290,22 @@ class ReadCorpus(beam.PTransform):
     """PCollection[InputFile] -> {DOCS: DocBatch, DEAD_LETTERS: DeadLetterPart}."""
 
     def __init__(self, *, keys: tuple, join_keys: bool, group_bytes: int, max_record_bytes: int = 256 << 20,
-                 unit_groups: int, fan_out_bytes: Optional[int] = None):
+                 unit_groups: int, fan_out_bytes: Optional[int] = None, check=None):
         """unit_groups: packing groups per work unit of a .jsonl/.parquet file (who reads what, not the output).
 
         fan_out_bytes: a file read in order and larger than this on storage hands its groups
         to other workers (None: never; locally a Reshuffle would only hold them in memory).
+
+        check: a picklable callable, values -> None for a usable record, or (reason, detail) for one that is
+        bad although it parsed (a conversation with an unknown role): it is dead-lettered in file order with
+        the readers' own bad records, and counted as bad, never as read and then lost.
         """
         super().__init__()
         self._keys = keys
         self._group_bytes = group_bytes
         self._unit_groups = unit_groups
         self._fan_out_bytes = fan_out_bytes
-        self._fn = _ReadUnitFn(keys, join_keys, group_bytes, max_record_bytes)
+        self._fn = _ReadUnitFn(keys, join_keys, group_bytes, max_record_bytes, check)
 
     def expand(self, files):
         read = (

@@ -41,6 +41,7 @@ from transforms.core.records import (
     UNREADABLE_FILE,
     BadRecord,
     Document,
+    JsonKey,
 )
 from transforms.io.discover import extension_of
 
@@ -274,12 +275,17 @@ def _raw_blocks(fh, size: int = _OUT_BLOCK) -> Iterator[bytes]:
         yield block
 
 
-def _coerce(value) -> tuple[Optional[str], str]:
-    """(text, "") for a usable value, else (None, reason)."""
-    if type(value) is str:
-        return value, ""
+def _coerce(value, key: str) -> tuple[Optional[str], str]:
+    """(text, "") for a usable value, else (None, reason); a JsonKey's value becomes its JSON text."""
     if value is None:
         return None, NULL_TEXT
+    if type(key) is JsonKey:
+        try:
+            return json.dumps(value, ensure_ascii=False), ""
+        except TypeError:  # a parquet value JSON has no type for (bytes, a date)
+            return None, NOT_A_STRING
+    if type(value) is str:
+        return value, ""
     if type(value) is list and all(type(v) is str for v in value):
         # dataset.keys list values are paragraphs (SPEC 1a, COMPAT "Reading").
         return "\n\n".join(value), ""
@@ -312,6 +318,7 @@ def _line_parser(
 ) -> LineParser:
     """A function turning one raw line (without b"\\n") into a Document or BadRecord."""
     single = keys[0] if len(keys) == 1 else None
+    text_keys = all(type(k) is str for k in keys)  # else a JsonKey: values are read as JSON, never bare
 
     def bad(line: bytes, index: int, reason: str, detail: str) -> BadRecord:
         return BadRecord(source, index + 1, reason, line[:_RAW_CAP], member, detail[:_DETAIL_CAP])
@@ -322,7 +329,7 @@ def _line_parser(
             value = obj.get(key, _MISSING)
             if value is _MISSING:
                 return bad(line, index, MISSING_KEY, f"key {key!r} not found")
-            text, reason = _coerce(value)
+            text, reason = _coerce(value, key)
             if text is None:
                 return bad(line, index, reason, f"key {key!r} is {type(value).__name__}")
             values.append(text)
@@ -344,7 +351,7 @@ def _line_parser(
             return bad(line, index, JSON_DECODE, _short(e))
         if type(obj) is dict:
             # The common case, kept free of extra calls.
-            if single is not None:
+            if single is not None and text_keys:
                 value = obj.get(single, _MISSING)
                 if type(value) is str:
                     record: Record = Document(index, (value,), member)
@@ -353,7 +360,7 @@ def _line_parser(
             else:
                 record = from_object(obj, line, index)
         elif type(obj) is str:
-            if single is None:
+            if single is None or not text_keys:
                 return bad(line, index, MISSING_KEY, f"a bare string has no keys {list(keys)}")
             # The reference strips .json.gz string lines, and only those.
             record = Document(index, (obj.strip() if strip_strings else obj,), member)
@@ -679,7 +686,7 @@ def _read_txt(fh, source: str, keys: tuple[str, ...], cap: int) -> Iterator[Reco
     if "\r" in text:
         # open() in text mode, as the reference reads it: universal newlines.
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    yield Document(0, (text,))
+    yield Document(0, (_coerce(text, keys[0])[0],))
 
 
 def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int,
@@ -774,9 +781,10 @@ def _raw_utf8(scalar: pa.Scalar) -> bytes:
 def _parquet_rows(
     cols: list[list], first_row: int, source: str, keys: tuple[str, ...]
 ) -> Iterator[Record]:
+    text_keys = all(type(k) is str for k in keys)
     for offset, row in enumerate(zip(*cols)):
         index = first_row + offset
-        if all(type(v) is str for v in row):
+        if text_keys and all(type(v) is str for v in row):
             yield Document(index, row)
             continue
         values = []
@@ -785,7 +793,7 @@ def _parquet_rows(
                 yield BadRecord(source, index, value.reason, value.raw[:_RAW_CAP],
                                 detail=f"column {key!r}{value.detail}")
                 break
-            text, reason = _coerce(value)
+            text, reason = _coerce(value, key)
             if text is None:
                 raw = repr(value).encode("utf-8", "backslashreplace")[:_RAW_CAP]
                 detail = f"column {key!r} is {type(value).__name__}"

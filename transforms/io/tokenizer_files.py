@@ -21,10 +21,11 @@ import fsspec
 from transforms.core.tokenizer import GPT2, HF, KINDS, NEOX, TokenizerFiles
 from transforms.io import fs
 
-__all__ = ["read_tokenizer_files", "stage_tokenizer_files", "StagedTokenizerFiles", "HF_FILES"]
+__all__ = ["read_tokenizer_files", "read_chat_template", "stage_tokenizer_files", "StagedTokenizerFiles", "HF_FILES"]
 
 # File names of a Hugging Face tokenizer directory, in the order they are looked for.
-HF_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
+HF_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json",
+            "chat_template.jinja")
 
 
 def read_tokenizer_files(
@@ -37,6 +38,7 @@ def read_tokenizer_files(
     pad_id: Optional[int] = None,
     sep_token: Optional[str] = None,
     backend: str = "auto",
+    extra_special_tokens: tuple = (),
 ) -> TokenizerFiles:
     """Read what `kind` needs, named by the reference's flags.
 
@@ -45,7 +47,8 @@ def read_tokenizer_files(
     --huggingface_tokenizer, a directory (local or fsspec URL) or a hub name.
     `backend` (--tokenizer_backend) says which library encodes.
     """
-    overrides = dict(eos_id=eos_id, pad_id=pad_id, sep_token=sep_token, backend=backend)
+    overrides = dict(eos_id=eos_id, pad_id=pad_id, sep_token=sep_token, backend=backend,
+                     extra_special_tokens=tuple(extra_special_tokens))
     if kind == GPT2:
         if not encoder_file:
             raise ValueError("--encoder_file is required for GPT2Tokenizer (encoder.json / vocab.json)")
@@ -72,12 +75,37 @@ def read_tokenizer_files(
             tokenizer_json=texts.get("tokenizer.json"),
             encoder_json=texts.get("vocab.json"),
             merges=texts.get("merges.txt"),
-            tokenizer_config=_json(texts, "tokenizer_config.json", huggingface_tokenizer),
+            tokenizer_config=_with_template_file(_json(texts, "tokenizer_config.json", huggingface_tokenizer),
+                                                 texts.get("chat_template.jinja")),
             special_tokens_map=_json(texts, "special_tokens_map.json", huggingface_tokenizer),
             name=huggingface_tokenizer,
             **overrides,
         )
     raise ValueError(f"--tokenizer_type must be one of {', '.join(KINDS)}, got {kind!r}")
+
+
+def _with_template_file(config: Optional[dict], template: Optional[str]) -> Optional[dict]:
+    """tokenizer_config.json with the directory's chat_template.jinja, which transformers prefers to the
+    config's own `chat_template` when both exist."""
+    if template is None:
+        return config
+    return {**(config or {}), "chat_template": template}
+
+
+def read_chat_template(flag: Optional[str], files: TokenizerFiles) -> str:
+    """The chat template's text: --chat_template chatml, or a template file (local or a URL), or the
+    Hugging Face tokenizer's own; ValueError when there is none, before any data is read."""
+    from transforms.core.chat.template import CHATML, template_from_config
+
+    if flag == "chatml":
+        return CHATML
+    if flag:
+        return _read_text(flag, "--chat_template")
+    template = template_from_config(files.tokenizer_config or {})
+    if template is None:
+        raise ValueError(f"the tokenizer {files.name} has no chat template: pass --chat_template FILE.jinja, or "
+                         "--chat_template chatml")
+    return template
 
 
 def _read_text(path: str, flag: str) -> str:

@@ -63,6 +63,7 @@ class TokenizerFiles:
     eos_id: Optional[int] = None  # --eos_id override
     pad_id: Optional[int] = None  # --pad_id override
     sep_token: Optional[str] = None  # Summarization; added to the vocabulary if missing
+    extra_special_tokens: tuple = ()  # chat templates' control tokens (chatml), added if missing
     name: str = ""  # for messages and provenance
     backend: str = AUTO  # --tokenizer_backend: which library encodes (the ids are the same)
 
@@ -116,6 +117,7 @@ def _build_gpt2(files: TokenizerFiles) -> Tokenizer:
     # BPETokenizer splits that literal text into ordinary pieces.
     backend = _byte_level_bpe(vocab, files.merges, add_prefix_space=False, name=files.name)
     sep_id = _ensure_sep(backend, files.sep_token)
+    _ensure_special(backend, files.extra_special_tokens)
     eos = files.eos_id if files.eos_id is not None else vocab.get(EOS_TEXT)
     if eos is None:
         raise ValueError(f"GPT2Tokenizer vocabulary {files.name!r} has no {EOS_TEXT!r} token; pass --eos_id")
@@ -128,6 +130,7 @@ def _build_neox(files: TokenizerFiles) -> Tokenizer:
         raise ValueError("--encoder_file is required for NeoXTokenizer (its tokenizer.json)")
     backend = _from_json(files.tokenizer_json, f"--encoder_file {files.name}")
     sep_id = _ensure_sep(backend, files.sep_token)
+    _ensure_special(backend, files.extra_special_tokens)
     eos = backend.token_to_id(EOS_TEXT)
     if eos is None and files.eos_id is None:
         raise ValueError(f"NeoXTokenizer {files.name!r} has no {EOS_TEXT!r} token; pass --eos_id")
@@ -153,6 +156,7 @@ def _build_hf(files: TokenizerFiles) -> Tokenizer:
     if config.get("tokenizer_class") in _LLAMA_LIKE:
         _llama_post_processor(backend, config, special, files.name)
     sep_id = _ensure_sep(backend, files.sep_token)
+    _ensure_special(backend, files.extra_special_tokens)
 
     def tid(key: str) -> Optional[int]:
         tok = special.get(key)
@@ -211,6 +215,13 @@ def _finish(
         files=files,
         encoder_mode=files.backend,
     )
+
+
+def _ensure_special(backend: tokenizers.Tokenizer, tokens: tuple) -> None:
+    """Each token a special token of the vocabulary, added at its end when missing (a template's markers)."""
+    missing = [t for t in tokens if backend.token_to_id(t) is None]
+    if missing:
+        backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in missing])
 
 
 def _ensure_sep(backend: tokenizers.Tokenizer, sep: Optional[str]) -> Optional[int]:

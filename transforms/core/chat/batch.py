@@ -1,0 +1,249 @@
+"""Chat, Chat_VSL and DPO over a packing group: records -> rows, every record accounted for.
+
+A record reaches these functions only if the reader's check (`RecordCheck`,
+run in file order with the readers' own bad records) found it well formed:
+a conversation of known roles and text contents with an assistant turn, or a
+DPO pair, that the template renders. What can still keep a record out of the
+rows is a property of its tokens, counted as a drop by reason: too long, too
+short, a content the template does not write (`content_not_found`).
+
+Per conversation (Chat, Chat_VSL): the contents are normalized (ftfy,
+wikitext) like any text, the conversation is encoded (`ChatEncoder`), and
+its tokens end with its last trained one: what follows it (later user turns,
+closing template text) teaches nothing, and a row's real part then ends with
+a trained position, as in every other mode. Then it is cut or dropped to fit
+max_seq_length + 1 tokens (`truncate`) and dropped below `min_sequence_len`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Optional
+
+import numpy as np
+
+from transforms.core.chat.dpo import dpo_example, dpo_row, encode_dpo
+from transforms.core.chat.encode import EncodedChat, parse_conversation
+from transforms.core.chat.rows import chat_row, truncate
+from transforms.core.chat.template import ChatError, ChatRenderer
+from transforms.core.normalize import NormalizeConfig, normalize_text
+
+__all__ = ["ChatConfig", "RecordCheck", "conversation_batch", "dpo_batch", "DROP_TOO_SHORT", "ROLE_TOKENS",
+           "ROLE_TRAINED"]
+
+DROP_TOO_SHORT = "shorter_than_min_sequence_len"
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatConfig:
+    mode: str  # Chat | Chat_VSL | DPO
+    max_seq_length: int
+    pad_id: int
+    template: str
+    template_tokens: tuple  # (name, text) pairs the template sees: bos_token, eos_token, ...
+    role_key: str = "role"
+    content_key: str = "content"
+    normalize: NormalizeConfig = NormalizeConfig()
+    min_sequence_len: int = 10
+    inverted_mask: bool = False
+    train_on_all_assistant_turns: bool = True
+    truncate: Optional[str] = None  # keep_start | keep_end; None: a conversation too long is dropped
+    max_prompt_length: int = 512  # DPO
+    pack_sequences: bool = True  # Chat_VSL
+
+    @property
+    def dpo(self) -> bool:
+        return self.mode == "DPO"
+
+
+class RecordCheck:
+    """The reader's check of a Chat or DPO record: None, or (reason, detail) for a bad one.
+
+    Parses the record as a conversation (or a DPO pair) and renders it with
+    the template, so that a record the template refuses (`raise_exception`)
+    is a dead letter in file order, not a loss found later. Picklable: the
+    template is compiled on first use in each process.
+    """
+
+    def __init__(self, config: ChatConfig):
+        self._config = config
+        self._renderer: Optional[ChatRenderer] = None
+
+    def __getstate__(self):
+        return {"_config": self._config, "_renderer": None}
+
+    def __call__(self, values: tuple) -> Optional[tuple[str, str]]:
+        cfg = self._config
+        if self._renderer is None:
+            self._renderer = ChatRenderer(cfg.template, dict(cfg.template_tokens))
+        try:
+            if cfg.dpo:
+                example = _dpo_example(values, cfg)
+                for response in (example.chosen, example.rejected):
+                    self._renderer.render(list(example.prompt) + [{"role": "assistant", "content": response}])
+                return None
+            messages = parse_conversation(values[0], role_key=cfg.role_key, content_key=cfg.content_key)
+            if not any(m["role"] == "assistant" for m in messages):
+                raise ChatError("no_assistant_turn", "the conversation has no assistant message to train on")
+            self._renderer.render(messages)
+        except ChatError as e:
+            return e.reason, e.detail
+        return None
+
+
+def _dpo_example(values: tuple, cfg: ChatConfig):
+    """A DPO record's (chosen, rejected[, prompt]) JSON texts -> DpoExample."""
+    chosen, rejected = values[0], values[1]
+    prompt = values[2] if len(values) > 2 else None
+    return dpo_example(prompt=prompt, chosen=chosen, rejected=rejected, role_key=cfg.role_key,
+                       content_key=cfg.content_key, json_text=True)
+
+
+def _normalized(messages: list[dict], cfg: NormalizeConfig, counts: Counter) -> list[dict]:
+    """Messages with normalized contents; their characters and UTF-8 bytes counted before and after."""
+    out = []
+    for m in messages:
+        text = m["content"]
+        counts["raw_chars"] += len(text)
+        counts["raw_bytes"] += len(text.encode("utf-8"))
+        if not cfg.is_identity:
+            text = normalize_text(text, cfg)
+        counts["normalized_chars"] += len(text)
+        counts["normalized_bytes"] += len(text.encode("utf-8"))
+        out.append({**m, "content": text})
+    return out
+
+
+def _to_last_trained(encoded: EncodedChat) -> EncodedChat:
+    """The conversation's tokens up to its last trained one (see the module docstring)."""
+    end = int(np.flatnonzero(encoded.trained)[-1]) + 1
+    if end == len(encoded.ids):
+        return encoded
+    turns = tuple(dataclasses.replace(t, content=(min(t.content[0], end), min(t.content[1], end)),
+                                      turn=(min(t.turn[0], end), min(t.turn[1], end))) for t in encoded.turns)
+    return EncodedChat(encoded.text, encoded.ids[:end], encoded.trained[:end], encoded.offsets[:end], turns)
+
+
+# Characters of contents encoded per encode_batch call: all cores busy, memory bounded (an Encoding keeps
+# every token's text and offsets).
+ENCODE_SLICE_CHARS = 1 << 20
+
+
+def _conversations(docs, encoder, cfg: ChatConfig, counts: Counter):
+    """(the conversation to write, None) or (None, why it was dropped), per document, in order."""
+    messages = [_normalized(parse_conversation(d.values[0], role_key=cfg.role_key, content_key=cfg.content_key),
+                            cfg.normalize, counts) for d in docs]
+    start, size = 0, 0
+    for i, m in enumerate(messages):
+        size += sum(len(x["content"]) for x in m)
+        if size >= ENCODE_SLICE_CHARS or i == len(messages) - 1:
+            for encoded in encoder.encode_many(messages[start:i + 1],
+                                               train_on_all_assistant_turns=cfg.train_on_all_assistant_turns):
+                yield _fit(encoded, cfg)
+            start, size = i + 1, 0
+
+
+def _fit(encoded, cfg: ChatConfig) -> tuple[Optional[EncodedChat], Optional[str]]:
+    if isinstance(encoded, ChatError):
+        return None, encoded.reason
+    try:
+        encoded = _to_last_trained(encoded)
+        if len(encoded) > cfg.max_seq_length + 1:
+            encoded = truncate(encoded, limit=cfg.max_seq_length + 1, mode=cfg.truncate)
+    except ChatError as e:
+        return None, e.reason
+    if len(encoded) < max(cfg.min_sequence_len, 2):
+        return None, DROP_TOO_SHORT
+    return encoded, None
+
+
+ROLE_TOKENS = "chat_tokens."  # Stats counters by role: a conversation's tokens (its turn, headers included)
+ROLE_TRAINED = "chat_loss_valid."  # ... and its trained labels: by role, they add up to loss_valid_tokens
+
+
+def _count_roles(encoded: EncodedChat, counts: Counter) -> None:
+    """Tokens and trained labels of each role; tokens in no turn (a template's preamble) are "template"."""
+    covered = 0
+    for turn in encoded.turns:
+        a, b = turn.turn
+        counts[ROLE_TOKENS + turn.role] += b - a
+        # Token 0 is never a label: it is only an input, so never a loss position.
+        counts[ROLE_TRAINED + turn.role] += int(encoded.trained[max(a, 1):b].sum())
+        covered += b - a
+    if covered < len(encoded.ids):
+        counts[ROLE_TOKENS + "template"] += len(encoded.ids) - covered
+        in_turns = np.zeros(len(encoded.ids), bool)
+        for turn in encoded.turns:
+            in_turns[turn.turn[0]:turn.turn[1]] = True
+        counts[ROLE_TRAINED + "template"] += int(encoded.trained[1:][~in_turns[1:]].sum())
+
+
+def _account(batch, used: int, dropped: Counter, counts: Counter) -> None:
+    source = batch.group.source
+    stats = batch.stats
+    stats.sources.setdefault(source, Counter())
+    stats.add("docs_used", used, source)
+    for reason, n in dropped.items():
+        stats.add(f"dropped.{reason}", n, source)
+    for name, n in counts.items():
+        stats.add(name, n, source)
+
+
+def conversation_batch(batch, encoder, cfg: ChatConfig):
+    """DocBatch of conversations -> RowBlock of [n, 3, msl] rows (Chat), or WindowBlock of VSL rows (Chat_VSL)."""
+    from transforms.core.records import RowBlock, WindowBlock
+    from transforms.core.vsl import Segments, VslConfig, pack_segments
+
+    counts: Counter = Counter()
+    dropped: Counter = Counter()
+    kept: list[EncodedChat] = []
+    for encoded, reason in _conversations(batch.docs, encoder, cfg, counts):
+        if encoded is None:
+            dropped[reason] += 1
+        else:
+            kept.append(encoded)
+    counts["tokens"] = sum(len(e) for e in kept)
+    for e in kept:
+        _count_roles(e, counts)
+    _account(batch, len(kept), dropped, counts)
+    msl = cfg.max_seq_length
+    if cfg.mode != "Chat_VSL":
+        rows = np.stack([chat_row(e, max_seq_length=msl, pad_id=cfg.pad_id, inverted_mask=cfg.inverted_mask)
+                         for e in kept]) if kept else np.zeros((0, 3, msl), dtype=np.int32)
+        return RowBlock(batch.group, rows, batch.stats)
+    lengths = np.array([len(e) for e in kept], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if len(kept) else np.zeros(0, np.int64)
+    segments = Segments(
+        tokens=np.concatenate([e.ids for e in kept]).astype(np.int32) if kept else np.zeros(0, np.int32),
+        starts=starts.astype(np.int64), positions=lengths - 1, mask_from=np.zeros(len(kept), np.int64),
+        trained=np.concatenate([e.trained for e in kept]) if kept else np.zeros(0, bool))
+    vsl = VslConfig(max_seq_length=msl, pad_id=cfg.pad_id, pack_sequences=cfg.pack_sequences,
+                    inverted_mask=cfg.inverted_mask)
+    return WindowBlock(batch.group, pack_segments(segments, vsl), batch.stats)
+
+
+def dpo_batch(batch, encoder, cfg: ChatConfig):
+    """DocBatch of DPO records -> RowBlock of [n, 6, msl] rows."""
+    from transforms.core.records import RowBlock
+
+    counts: Counter = Counter()
+    dropped: Counter = Counter()
+    rows = []
+    for doc in batch.docs:
+        example = _dpo_example(doc.values, cfg)
+        prompt = _normalized(list(example.prompt), cfg.normalize, counts)
+        chosen, rejected = (_normalized([{"role": "assistant", "content": r}], cfg.normalize, counts)[0]["content"]
+                            for r in (example.chosen, example.rejected))
+        try:
+            encoded = encode_dpo(encoder, example._replace(prompt=prompt, chosen=chosen, rejected=rejected))
+            row = dpo_row(encoded, max_seq_length=cfg.max_seq_length, pad_id=cfg.pad_id,
+                          max_prompt_length=cfg.max_prompt_length, inverted_mask=cfg.inverted_mask)
+        except ChatError as e:
+            dropped[e.reason] += 1
+            continue
+        counts["tokens"] += len(encoded.prompt) * 2 + len(encoded.chosen) + len(encoded.rejected)
+        rows.append(row)
+    _account(batch, len(rows), dropped, counts)
+    out = np.stack(rows) if rows else np.zeros((0, 6, cfg.max_seq_length), dtype=np.int32)
+    return RowBlock(batch.group, out, batch.stats)

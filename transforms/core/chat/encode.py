@@ -1,0 +1,459 @@
+"""A conversation as token ids and a loss mask: the rendered template, tokenized safely.
+
+**Messages.** `parse_conversation` reads a record's messages (JSON text or a
+list of dicts) into `[{"role", "content"}]` with roles normalised:
+user/human -> user; assistant/gpt/chatgpt/bard/model -> assistant; system;
+tool/function/observation/ipython -> tool. Content must be a string; it may
+be empty (after stripping) only in a system message.
+
+**Ids.** The text is `ChatRenderer.render(messages)` (transformers' text) and
+its ids are that text tokenized with `add_special_tokens=False`: no BOS unless
+the template writes `bos_token`. Special-token text (added tokens flagged
+special) is a control token where the template writes it and plain text where
+a message's content holds it, so a user writing `<|im_end|>`, `</s>` or
+`<|eot_id|>` cannot end a turn. How: the whole text is tokenized normally
+(exactly transformers' ids); if a special token's text lies inside a message's
+content characters, the piece between the surrounding template special tokens
+is encoded again with special tokens off (`encode_special_tokens`) and spliced
+in. Added tokens that are not special (Qwen's `<tool_call>`) stay what the
+tokenizer makes of them everywhere, as in transformers.
+
+Where each content sits in the text: the messages are rendered a second time
+with a unique sentinel string in place of each content; if putting the real
+contents back in place of the sentinels gives the real text, the positions
+are exact. Otherwise (a template that transforms content, like Llama 3's
+`| trim`) each content or its stripped text, whichever comes first, is
+searched in rendering order, after the template text that precedes it. A
+content not found (also one the template leaves out, like Mistral's system
+message when the conversation ends with the assistant's) is
+ChatError("content_not_found").
+
+**Loss** (`trained[t]`: token t is a trained target). With `{% generation %}`
+blocks in the template it is transformers' `return_assistant_tokens_mask`:
+for each block (start, end), the tokens from `char_to_token(start)` to
+`char_to_token(end - 1)` (to the last token if that is None or 0; blocks
+after one whose start has no token are ignored). Otherwise it is this rule:
+
+    An assistant turn's characters are its content's characters, extended
+    to the left over the whitespace right before the content, and to the
+    right over the whitespace right after it and then, if the next text is a
+    special token (`<|im_end|>`, `<|eot_id|>`, `</s>`, ...), over that token
+    and the whitespace right after it; never into another message's
+    content. A token is trained when its characters overlap an assistant
+    turn's characters.
+
+So system, user and tool turns and the template's headers (but for their
+trailing whitespace) are never trained, unless a token straddles the edge of
+an assistant turn; an assistant turn trains its content and its end-of-turn
+token. ChatML:
+`<|im_start|>assistant` + [`\\n` content `<|im_end|>\\n`]; Llama 3:
+`<|start_header_id|>assistant<|end_header_id|>` + [`\\n\\n` content
+`<|eot_id|>`]; Mistral: `[/INST]` + [content `</s>`]. On TRL's Qwen2.5
+training template these are exactly the characters of its generation blocks
+(the tests check that the two masks agree). `train_on_all_assistant_turns=False`
+trains only the last assistant turn (the last generation block).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import json
+import re
+import threading
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+import tokenizers
+
+from transforms.core.chat.template import ChatError, ChatRenderer, Rendering
+
+__all__ = ["ROLES", "ChatEncoder", "EncodedChat", "TokenizedChat", "Turn", "check_messages", "parse_conversation",
+           "normalize_role"]
+
+# Role names found in chat datasets -> the four roles templates know.
+ROLES = {
+    "user": "user", "human": "user",
+    "assistant": "assistant", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant", "model": "assistant",
+    "system": "system",
+    "tool": "tool", "function": "tool", "observation": "tool", "ipython": "tool",
+}
+_CANONICAL = frozenset(ROLES.values())
+
+# Stands for message i's content while locating contents (plane-15 private use: not in real text).
+_SENTINEL = "\U000fff00{}\U000fff01"
+_SENTINEL_RE = re.compile("\U000fff00(\\d+)\U000fff01")
+
+
+def normalize_role(role: Any) -> str:
+    name = role.strip().lower() if isinstance(role, str) else None
+    if name not in ROLES:
+        raise ChatError("unknown_role", f"role {role!r}")
+    return ROLES[name]
+
+
+def check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
+    """Raise a ChatError unless `messages` is a non-empty list of {role, content} with known roles and text."""
+    if not messages:
+        raise ChatError("no_messages", "the conversation has no messages")
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role not in _CANONICAL:
+            raise ChatError("unknown_role", f"message {i}: role {role!r}")
+        content = m.get("content")
+        if not isinstance(content, str):
+            raise ChatError("not_a_string", f"message {i}: content is {type(content).__name__}")
+        if role != "system" and not content.strip():
+            raise ChatError("empty_content", f"message {i} ({role}) is empty")
+
+
+def parse_conversation(value: Any, *, role_key: str = "role", content_key: str = "content") -> list[dict]:
+    """A record's messages -> `[{"role": user|assistant|system|tool, "content": str}]`, or a ChatError.
+
+    `value` is JSON text or an already decoded list. ShareGPT records are
+    `role_key="from", content_key="value"`. For example
+    `'[{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]'`
+    gives `[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]`.
+    """
+    if isinstance(value, (str, bytes, bytearray)):
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            raise ChatError("not_a_conversation", f"not JSON: {e}") from e
+    if not isinstance(value, (list, tuple)) or not all(isinstance(m, Mapping) for m in value):
+        raise ChatError("not_a_conversation", f"expected a list of objects, got {type(value).__name__}")
+    messages = [{"role": normalize_role(m.get(role_key)), "content": m.get(content_key)} for m in value]
+    check_messages(messages)
+    return messages
+
+
+@dataclasses.dataclass(frozen=True)
+class Turn:
+    """One message in the tokens: token ranges are [start, end)."""
+
+    role: str
+    chars: tuple[int, int]  # the content's characters in the rendered text
+    content: tuple[int, int]  # the tokens lying entirely within those characters
+    turn: tuple[int, int]  # the whole turn: from the end of the previous turn to the end of this one's end-of-turn
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TokenizedChat:
+    """A rendered conversation and its (injection-safe) tokens, before any loss."""
+
+    text: str
+    ids: np.ndarray  # int32 [T]
+    offsets: np.ndarray  # int64 [T, 2]: each token's characters in `text`
+    spans: tuple[tuple[int, int], ...]  # each message's content characters, in message order
+    generation: tuple[tuple[int, int], ...]  # the template's {% generation %} blocks (characters)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class EncodedChat:
+    """Token ids, the trained targets, and where each message is.
+
+    `offsets` and `Turn.chars` index `text`, the full rendering, also after
+    `rows.truncate` has removed tokens.
+    """
+
+    text: str
+    ids: np.ndarray  # int32 [T]
+    trained: np.ndarray  # bool [T]
+    offsets: np.ndarray  # int64 [T, 2]
+    turns: tuple[Turn, ...]  # in message order
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+class ChatEncoder:
+    """Renders, tokenizes and masks conversations; build once (per worker) and reuse.
+
+    `backend` is the `tokenizers.Tokenizer` (our Tokenizer's `.backend`);
+    `generation_markers=False` ignores the template's generation blocks and
+    applies the documented rule instead.
+    """
+
+    def __init__(self, renderer: ChatRenderer, backend: tokenizers.Tokenizer, *,
+                 generation_markers: bool = True) -> None:
+        self.renderer = renderer
+        self.backend = backend
+        self.generation_markers = generation_markers
+        self.uses_markers = generation_markers and renderer.has_generation
+        special = {i: t.content for i, t in backend.get_added_tokens_decoder().items() if t.special}
+        self._special = special
+        self._special_ids = np.array(sorted(special), dtype=np.int64)
+        texts = sorted(set(special.values()), key=len, reverse=True)
+        self._special_re = re.compile("|".join(map(re.escape, texts))) if texts else None
+        self._plain_backend: Optional[tokenizers.Tokenizer] = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"ChatEncoder({self.renderer!r}, markers={self.uses_markers}, {len(self._special)} special tokens)"
+
+    def __reduce__(self):
+        return (_encoder, (self.renderer, self.backend, self.generation_markers))
+
+    # ------------------------------------------------------------------ public
+
+    def tokenize(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False) -> TokenizedChat:
+        rendered = self._render(messages, add_generation_prompt)
+        return self._tokenized(*rendered, self.backend.encode(rendered[0].text, add_special_tokens=False))
+
+    def encode(self, messages: Sequence[Mapping[str, Any]], *,
+               train_on_all_assistant_turns: bool = True) -> EncodedChat:
+        return self._encoded(messages, self.tokenize(messages), train_on_all_assistant_turns)
+
+    def encode_many(self, conversations: Sequence[Sequence[Mapping[str, Any]]], *,
+                    train_on_all_assistant_turns: bool = True) -> list:
+        """`encode` of each conversation, or the ChatError it raises, in order; the texts are tokenized in one
+        `encode_batch` call, which runs on every core the process may use (the tokenizer's own threads)."""
+        rendered: list = []
+        for messages in conversations:
+            try:
+                rendered.append(self._render(messages, False))
+            except ChatError as e:
+                rendered.append(e)
+        texts = [r[0].text for r in rendered if not isinstance(r, ChatError)]
+        encodings = iter(self.backend.encode_batch(texts, add_special_tokens=False))
+        out: list = []
+        for messages, r in zip(conversations, rendered):
+            if isinstance(r, ChatError):
+                out.append(r)
+                continue
+            try:
+                out.append(self._encoded(messages, self._tokenized(*r, next(encodings)), train_on_all_assistant_turns))
+            except ChatError as e:
+                out.append(e)
+        return out
+
+    def _render(self, messages, add_generation_prompt: bool) -> tuple[Rendering, tuple]:
+        check_messages(messages)
+        rendering = self.renderer.render(messages, add_generation_prompt=add_generation_prompt)
+        return rendering, self._content_spans(messages, rendering, add_generation_prompt)
+
+    def _tokenized(self, rendering: Rendering, spans: tuple, encoding) -> TokenizedChat:
+        ids, offsets = self._ids(rendering.text, spans, encoding)
+        return TokenizedChat(rendering.text, ids, offsets, spans, rendering.generation)
+
+    def _encoded(self, messages, tok: TokenizedChat, train_on_all_assistant_turns: bool) -> EncodedChat:
+        text, offsets = tok.text, tok.offsets
+        if self.uses_markers:
+            blocks = tok.generation if train_on_all_assistant_turns else tok.generation[-1:]
+            trained = _marker_mask(blocks, offsets)
+        else:
+            assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+            if not train_on_all_assistant_turns:
+                assistants = assistants[-1:]
+            limits = _neighbours(tok.spans, len(text))
+            trained = _overlap_mask([self.assistant_chars(text, tok.spans[i], limits[i]) for i in assistants], offsets)
+        if not trained.any():
+            raise ChatError("no_assistant_turn", "no assistant token to train")
+        turns = self._turns(messages, tok)
+        return EncodedChat(text, tok.ids, trained, offsets, turns)
+
+    def assistant_chars(self, text: str, span: tuple[int, int], limits: tuple[int, int]) -> tuple[int, int]:
+        """The characters the rule trains for an assistant content at `span`, within `limits` (the neighbours)."""
+        a, b = span
+        while a > limits[0] and text[a - 1].isspace():
+            a -= 1
+        return a, self._turn_end(text, b, limits[1])
+
+    # ------------------------------------------------------------------ where the contents are
+
+    def _content_spans(self, messages, rendering: Rendering,
+                       add_generation_prompt: bool) -> tuple[tuple[int, int], ...]:
+        text = rendering.text
+        n = len(messages)
+        marked = [{**m, "content": _SENTINEL.format(i)} for i, m in enumerate(messages)]
+        try:
+            pieces = _SENTINEL_RE.split(self.renderer.render(marked, add_generation_prompt=add_generation_prompt).text)
+        except ChatError:  # the template objects to the sentinels: search instead
+            pieces = None
+        order: list[int] = []
+        if pieces is not None:
+            order = [int(x) for x in pieces[1::2]]
+        if pieces is not None and len(set(order)) == len(order) and all(0 <= i < n for i in order):
+            spans: list[Optional[tuple[int, int]]] = [None] * n
+            out, pos = [pieces[0]], len(pieces[0])
+            for i, after in zip(order, pieces[2::2]):
+                content = messages[i]["content"]
+                spans[i] = (pos, pos + len(content))
+                out += [content, after]
+                pos += len(content) + len(after)
+            if "".join(out) == text:
+                missing = [i for i in range(n) if spans[i] is None]
+                if missing:
+                    role = messages[missing[0]]["role"]
+                    raise ChatError("content_not_found", f"the template does not render message {missing[0]} ({role})")
+                return tuple(spans)  # type: ignore[arg-type]
+            return self._search_spans(messages, text, order, pieces[0::2])
+        return self._search_spans(messages, text, list(range(n)), None)
+
+    @staticmethod
+    def _search_spans(messages, text: str, order: list[int],
+                      scaffold: Optional[list[str]]) -> tuple[tuple[int, int], ...]:
+        spans: list[Optional[tuple[int, int]]] = [None] * len(messages)
+        cursor = 0
+        for k, i in enumerate(order):
+            if scaffold is not None and scaffold[k]:
+                j = text.find(scaffold[k], cursor)
+                if j >= 0:
+                    cursor = j + len(scaffold[k])
+            content = messages[i]["content"]
+            found = []
+            for needle in (content, content.strip()):
+                j = text.find(needle, cursor)
+                if j >= 0:
+                    found.append((j, -len(needle)))
+            if found:  # the first place, the longer text there
+                j, minus_size = min(found)
+                spans[i] = (j, j - minus_size)
+                cursor = j - minus_size
+        for i, span in enumerate(spans):
+            if span is None:
+                raise ChatError("content_not_found", f"message {i} ({messages[i]['role']}) is not in the rendered text")
+        return tuple(spans)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ ids
+
+    def _ids(self, text: str, spans, enc) -> tuple[np.ndarray, np.ndarray]:
+        """`enc`: the text encoded normally (`backend.encode(text, add_special_tokens=False)`)."""
+        ids = np.asarray(enc.ids, dtype=np.int32)
+        offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+        specials = np.flatnonzero(np.isin(ids, self._special_ids))
+        if not len(specials):
+            return ids, offsets
+        chars = np.empty((len(specials), 2), dtype=np.int64)
+        for n, k in enumerate(specials.tolist()):
+            s, e = int(offsets[k, 0]), int(offsets[k, 1])
+            literal = self._special[int(ids[k])]
+            j = text.find(literal, s, e)
+            if j >= 0:  # lstrip/rstrip tokens also cover the whitespace they absorb: use the token's own text
+                s, e = j, j + len(literal)
+            chars[n] = s, e
+        contents = np.array([(a, b) for a, b in spans if a < b], dtype=np.int64).reshape(-1, 2)
+        in_content = ((chars[:, :1] < contents[:, 1]) & (chars[:, 1:] > contents[:, 0])).any(axis=1)
+        injected, scaffold = specials[in_content].tolist(), specials[~in_content].tolist()
+        if not injected:
+            return ids, offsets
+
+        def gap(k: int) -> tuple[int, int]:  # the template's special tokens around token k (-1, T: none)
+            p = bisect.bisect_left(scaffold, k)
+            return scaffold[p - 1] if p else -1, scaffold[p] if p < len(scaffold) else len(ids)
+
+        id_parts, off_parts, last = [], [], 0
+        for a, b in sorted({gap(k) for k in injected}):
+            start = int(offsets[a, 1]) if a >= 0 else 0
+            stop = int(offsets[b, 0]) if b < len(ids) else len(text)
+            piece_ids, piece_offsets = self._plain_piece(text[start:stop], ids[a + 1:b])
+            id_parts += [ids[last:a + 1], piece_ids]
+            off_parts += [offsets[last:a + 1], piece_offsets + start]
+            last = b
+        id_parts.append(ids[last:])
+        off_parts.append(offsets[last:])
+        return np.concatenate(id_parts).astype(np.int32), np.concatenate(off_parts).astype(np.int64)
+
+    def _plain_piece(self, piece: str, expected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`piece` encoded with special tokens as text, checked to be encoded in place as the whole text encodes it.
+
+        Encoding a piece alone gives the ids it has inside the whole text for
+        the byte-level tokenizers; a SentencePiece-style tokenizer that adds a
+        prefix space at the start of a string is encoded after a newline,
+        which is then removed (transformers' trick for the same problem).
+        """
+        plain = self._plain()
+        for prefix in ("", "\n"):
+            head = self.backend.encode(prefix, add_special_tokens=False).ids if prefix else []
+            skip = len(head)
+            normal = self.backend.encode(prefix + piece, add_special_tokens=False).ids
+            if normal[:skip] != head or normal[skip:] != expected.tolist():
+                continue
+            enc = plain.encode(prefix + piece, add_special_tokens=False)
+            if enc.ids[:skip] != head:
+                continue
+            offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)[skip:] - len(prefix)
+            return np.asarray(enc.ids[skip:], dtype=np.int32), np.maximum(offsets, 0)
+        raise ChatError("special_token_in_content",
+                        "a content holds special-token text and this tokenizer cannot encode it apart")
+
+    def _plain(self) -> tokenizers.Tokenizer:
+        with self._lock:
+            if self._plain_backend is None:
+                plain = tokenizers.Tokenizer.from_str(self.backend.to_str())
+                plain.encode_special_tokens = True
+                self._plain_backend = plain
+            return self._plain_backend
+
+    # ------------------------------------------------------------------ turns
+
+    def _turn_end(self, text: str, b: int, n: int) -> int:
+        """After a content ending at b: the whitespace, then a special token and the whitespace after it (up to n)."""
+        while b < n and text[b].isspace():
+            b += 1
+        m = self._special_re.match(text, b, n) if self._special_re is not None else None
+        if m:
+            b = m.end()
+            while b < n and text[b].isspace():
+                b += 1
+        return b
+
+    def _turns(self, messages, tok: TokenizedChat) -> tuple[Turn, ...]:
+        starts, ends = tok.offsets[:, 0], tok.offsets[:, 1]
+        total, size = len(tok.ids), len(tok.text)
+        limits = _neighbours(tok.spans, size)
+        by_position = sorted(range(len(messages)), key=lambda i: tok.spans[i])
+        bounds, edge = {}, 0
+        for k, i in enumerate(by_position):
+            stop = self._turn_end(tok.text, tok.spans[i][1], limits[i][1]) if k + 1 < len(by_position) else size
+            bounds[i] = (edge, max(edge, stop))
+            edge = bounds[i][1]
+        turns = []
+        for i, m in enumerate(messages):
+            a, b = tok.spans[i]
+            lo = int(np.searchsorted(starts, a, "left"))
+            hi = max(lo, int(np.searchsorted(ends, b, "right")))
+            ta, tb = bounds[i]
+            t0 = int(np.searchsorted(starts, ta, "left"))
+            t1 = total if tb >= size else int(np.searchsorted(starts, tb, "left"))
+            turns.append(Turn(m["role"], (a, b), (lo, hi), (t0, max(t0, t1))))
+        return tuple(turns)
+
+
+def _neighbours(spans, size: int) -> list[tuple[int, int]]:
+    """For each content: the end of the content before it and the start of the one after it (in the text)."""
+    order = sorted(range(len(spans)), key=lambda i: spans[i])
+    limits = [(0, size)] * len(spans)
+    for k, i in enumerate(order):
+        limits[i] = (spans[order[k - 1]][1] if k else 0, spans[order[k + 1]][0] if k + 1 < len(order) else size)
+    return limits
+
+
+def _encoder(renderer: ChatRenderer, backend: tokenizers.Tokenizer, generation_markers: bool) -> ChatEncoder:
+    return ChatEncoder(renderer, backend, generation_markers=generation_markers)
+
+
+def _char_to_token(offsets: np.ndarray, pos: int) -> Optional[int]:
+    """tokenizers' `Encoding.char_to_token`: the first token whose characters contain `pos`."""
+    hit = np.flatnonzero((offsets[:, 0] <= pos) & (pos < offsets[:, 1]))
+    return int(hit[0]) if len(hit) else None
+
+
+def _marker_mask(blocks, offsets: np.ndarray) -> np.ndarray:
+    """transformers' `return_assistant_tokens_mask` from generation blocks, quirks included."""
+    total = len(offsets)
+    mask = np.zeros(total, dtype=bool)
+    for start, end in blocks:
+        first = _char_to_token(offsets, start)
+        last = _char_to_token(offsets, end - 1)
+        if first is None:
+            break
+        mask[first:(last + 1 if last else total)] = True
+    return mask
+
+
+def _overlap_mask(char_spans, offsets: np.ndarray) -> np.ndarray:
+    mask = np.zeros(len(offsets), dtype=bool)
+    for a, b in char_spans:
+        mask |= (offsets[:, 0] < b) & (offsets[:, 1] > a)
+    return mask
