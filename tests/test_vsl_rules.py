@@ -416,3 +416,28 @@ def test_padding_longer_than_the_groups_tokens():
     cfg = _cfg(64, min_sequence_len=0)
     rows = pack_segments(lm_segments(_docs(3), cfg)[0], cfg).rows
     assert rows[0, 0].tolist() == [1, 2] + [PAD] * 62 and rows[0, 2].tolist() == [2, EOS] + [PAD] * 62
+
+
+def test_rows_of_three_features_and_trained_tokens():
+    from transforms.core.vsl import PackedRows, Segments
+
+    # Two conversations as segments with their own trained tokens (Chat): [1 2 3 E] trains 3 and E,
+    # [4 5 E] trains E. A position is trained when its label's token is.
+    tokens = np.array([1, 2, 3, EOS, 4, 5, EOS], dtype=np.int32)
+    trained = np.array([0, 0, 1, 1, 0, 0, 1], dtype=bool)
+    segs = Segments(tokens=tokens, starts=np.array([0, 4]), positions=np.array([3, 2]),
+                    mask_from=np.zeros(2, np.int64), trained=trained)
+    cfg = _cfg(16, min_sequence_len=0, pack_sequences=False)
+    five = pack_segments(segs, cfg)
+    three = pack_segments(segs, cfg, features=3)
+    assert three.rows.tolist() == [
+        [[1, 2, 3] + [PAD] * 13, [0, 1, 1] + [0] * 13, [2, 3, EOS] + [PAD] * 13],
+        [[4, 5] + [PAD] * 14, [0, 1] + [0] * 14, [5, EOS] + [PAD] * 14]]
+    assert np.array_equal(five.rows[:, :3], three.rows)
+    assert five.rows[0, 3:, :3].tolist() == [[2, 1, 0], [0, 1, 2]]
+    assert three.vsl_segments is None and five.vsl_segments(0, 2)[1].tolist() == [2]
+    inverted = pack_segments(segs, _cfg(16, min_sequence_len=0, pack_sequences=False, inverted_mask=True),
+                             features=3).rows
+    assert inverted[0, 1].tolist() == [1, 0, 0] + [1] * 13
+    with pytest.raises(ValueError, match="^rows of 3 or 5 features, not 4$"):
+        PackedRows(segs, np.arange(2), 2, cfg, features=4)

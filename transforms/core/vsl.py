@@ -250,13 +250,19 @@ class PackedRows:
     """The rows of one packing group, described by where each segment goes, and built a batch at a time.
 
     Row r holds the segments of bin r in input order, back to back from
-    position 0; rows are in the order their bins were opened.
+    position 0; rows are in the order their bins were opened. With
+    `features=3` the rows stop after the labels: one segment per row makes
+    them the rows of Chat (a conversation per row), built a batch at a time.
     """
 
-    def __init__(self, segments: Segments, row_of: np.ndarray, n_rows: int, config: VslConfig):
+    def __init__(self, segments: Segments, row_of: np.ndarray, n_rows: int, config: VslConfig,
+                 features: int = len(VSL_FEATURES)):
+        if features not in (LABELS + 1, len(VSL_FEATURES)):
+            raise ValueError(f"rows of {LABELS + 1} or {len(VSL_FEATURES)} features, not {features}")
         self.segments = segments
         self.config = config
         self.n_rows = n_rows
+        self.features = features
         # Segments by (row, input order): the segments of rows [lo, hi) are one run of this order.
         self._order = np.argsort(row_of, kind="stable")
         self._bounds = np.searchsorted(row_of[self._order], np.arange(n_rows + 1))
@@ -264,7 +270,7 @@ class PackedRows:
         self._used = np.bincount(row_of, weights=segments.positions, minlength=n_rows).astype(np.int64)
         if np.any(self._used > config.max_seq_length) or np.any(np.diff(self._bounds) == 0):
             raise AssertionError("every row holds one or more segments and at most max_seq_length positions")
-        self._padding = np.zeros((len(VSL_FEATURES), config.max_seq_length), dtype=np.int32)
+        self._padding = np.zeros((features, config.max_seq_length), dtype=np.int32)
         self._padding[[INPUT_IDS, LABELS]] = config.pad_id
 
     def __len__(self) -> int:
@@ -274,12 +280,17 @@ class PackedRows:
     def rows(self) -> np.ndarray:
         return self.rows_between(0, self.n_rows)
 
+    @property
+    def vsl_segments(self):
+        """`segment_lengths` for 5-feature rows, whose spans and positions the sink takes precompressed."""
+        return self.segment_lengths if self.features == len(VSL_FEATURES) else None
+
     def segment_lengths(self, lo: int, hi: int) -> list[np.ndarray]:
         """Per row lo..hi, the positions of its segments, in row order."""
         return [self._positions[self._bounds[r]:self._bounds[r + 1]] for r in range(lo, hi)]
 
     def rows_between(self, lo: int, hi: int) -> np.ndarray:
-        """Rows lo..hi as int32 [hi - lo, 5, msl]."""
+        """Rows lo..hi as int32 [hi - lo, features, msl]."""
         cfg, seg = self.config, self.segments
         msl, n_rows = cfg.max_seq_length, hi - lo
         a, b = self._bounds[lo], self._bounds[hi]
@@ -300,15 +311,16 @@ class PackedRows:
         k = step.astype(np.int32, copy=False)  # step itself when it is int32: not needed any more
         k -= np.repeat(first.astype(np.int32), pieces)  # position within its piece
 
-        out = np.empty((n_rows, len(VSL_FEATURES), msl), dtype=np.int32)
+        out = np.empty((n_rows, self.features, msl), dtype=np.int32)
         shape = (n_rows, msl)
         out[:, INPUT_IDS, :] = np.take(seg.tokens, source, mode="clip").reshape(shape)
         source += 1
         out[:, LABELS, :] = np.take(seg.tokens, source, mode="clip").reshape(shape)
-        out[:, POSITION_IDS, :] = k.reshape(shape)
-        span = np.repeat((pieces - 1).astype(np.int32), pieces)
-        span -= k
-        out[:, ATTENTION_SPAN, :] = span.reshape(shape)
+        if self.features > POSITION_IDS:
+            out[:, POSITION_IDS, :] = k.reshape(shape)
+            span = np.repeat((pieces - 1).astype(np.int32), pieces)
+            span -= k
+            out[:, ATTENTION_SPAN, :] = span.reshape(shape)
         if seg.trained is not None:
             out[:, ATTENTION_MASK, :] = np.take(seg.trained, source, mode="clip").reshape(shape)
         elif mask_from.any():
@@ -329,13 +341,13 @@ def index_dtype(tokens: int, positions: int) -> type:
     return np.int32 if max(tokens, positions) < 2**31 else np.int64
 
 
-def pack_segments(segments: Segments, cfg: VslConfig) -> PackedRows:
+def pack_segments(segments: Segments, cfg: VslConfig, features: int = len(VSL_FEATURES)) -> PackedRows:
     """Segments -> rows: best-fit decreasing (`pack_bins`), or one row per segment without pack_sequences."""
     if cfg.pack_sequences:
         row_of, n_rows = pack_bins(segments.positions, cfg.max_seq_length)
     else:
         row_of, n_rows = np.arange(len(segments), dtype=np.int64), len(segments)
-    return PackedRows(segments, row_of, n_rows, cfg)
+    return PackedRows(segments, row_of, n_rows, cfg, features)
 
 
 def _window_block(batch, segments: Segments, used: int, dropped: Counter, cfg: VslConfig):

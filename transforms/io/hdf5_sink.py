@@ -135,7 +135,7 @@ class _EncodeFn(beam.DoFn):
     @staticmethod
     def _batches(block):
         if isinstance(block, WindowBlock):
-            segments = getattr(block.windows, "segment_lengths", None)  # VSL: chunks made of ramp pieces
+            segments = getattr(block.windows, "vsl_segments", None)  # VSL: chunks made of ramp pieces
             for i in range(0, len(block), WRITE_BATCH_ROWS):
                 hi = min(i + WRITE_BATCH_ROWS, len(block))
                 rows = block.windows.rows_between(i, hi)

@@ -58,6 +58,24 @@ def _piece(kind: int, n: int) -> tuple[bytes, int]:
     return deflate.compress(raw) + deflate.flush(zlib.Z_SYNC_FLUSH), zlib.adler32(raw)
 
 
+@functools.lru_cache(maxsize=4096)
+def _tail(lengths: tuple, msl: int) -> tuple[bytes, int]:
+    """(the span and position pieces of a row whose segments have `lengths` positions, their bytes' adler32).
+
+    Kept whole too: rows often share a layout (every full window of a folded document is one segment of msl).
+    """
+    pad = msl - sum(lengths)
+    pieces = []
+    for kind in (_FALL, _RISE):
+        pieces += [(_piece(kind, n), n) for n in lengths]
+        if pad:
+            pieces.append((_piece(_ZERO, pad), pad))
+    checksum = 1  # the adler32 of no bytes
+    for (_, adler), n in pieces:
+        checksum = adler32_combine(checksum, adler, 4 * n)
+    return b"".join(blocks for (blocks, _), _ in pieces), checksum
+
+
 def compress_vsl_row(row: np.ndarray, lengths: Sequence[int], level: int) -> bytes:
     """The zlib chunk of one [5, msl] VSL row whose segments have `lengths` positions, in order.
 
@@ -65,28 +83,17 @@ def compress_vsl_row(row: np.ndarray, lengths: Sequence[int], level: int) -> byt
     """
     row = np.ascontiguousarray(row, dtype="<i4")
     msl = row.shape[1]
+    lengths = tuple(int(n) for n in lengths)
+    if sum(lengths) > msl:
+        raise ValueError(f"the row's attention spans and position ids are not the ramps of segments {list(lengths)}: "
+                         f"{sum(lengths)} positions in a row of {msl}")
     data = memoryview(row).cast("B")  # the row's bytes, not a copy
     split = 3 * msl * 4
     deflate = zlib.compressobj(level, zlib.DEFLATED, -15)
-    parts = [_HEADER, deflate.compress(data[:split]), deflate.flush(zlib.Z_SYNC_FLUSH)]
-    pad = msl - int(sum(lengths))
-    if pad < 0:
-        raise ValueError(f"the row's attention spans and position ids are not the ramps of segments {list(lengths)}: "
-                         f"{msl - pad} positions in a row of {msl}")
+    head_blocks = deflate.compress(data[:split]) + deflate.flush(zlib.Z_SYNC_FLUSH)
     head = zlib.adler32(data[:split])
-    checksum = head
-    for kind in (_FALL, _RISE):
-        for n in lengths:
-            blocks, adler = _piece(kind, int(n))
-            parts.append(blocks)
-            checksum = adler32_combine(checksum, adler, 4 * int(n))
-        if pad:
-            blocks, adler = _piece(_ZERO, pad)
-            parts.append(blocks)
-            checksum = adler32_combine(checksum, adler, 4 * pad)
+    tail_blocks, tail = _tail(lengths, msl)
     actual = zlib.adler32(data[split:], head)
-    if checksum != actual:
+    if adler32_combine(head, tail, len(data) - split) != actual:
         raise ValueError(f"the row's attention spans and position ids are not the ramps of segments {list(lengths)}")
-    parts.append(_FINAL)
-    parts.append(actual.to_bytes(4, "big"))
-    return b"".join(parts)
+    return b"".join((_HEADER, head_blocks, tail_blocks, _FINAL, actual.to_bytes(4, "big")))

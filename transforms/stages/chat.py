@@ -49,8 +49,8 @@ class _EncodeConversationsFn(beam.DoFn):
 
 
 class EncodeConversations(beam.PTransform):
-    """PCollection[DocBatch] -> PCollection[RowBlock] (Chat: [n, 3, msl]; DPO: [n, 6, msl])
-    or PCollection[WindowBlock] (Chat_VSL: [n, 5, msl] rows built when they are encoded).
+    """PCollection[DocBatch] -> PCollection[WindowBlock] of rows built a batch at a time when they are encoded
+    (Chat: [n, 3, msl]; Chat_VSL: [n, 5, msl]; DPO: [n, 6, msl]).
 
     Normalizes the contents, renders each record with the chat template,
     tokenizes it (special-token text inside a message is plain text) and

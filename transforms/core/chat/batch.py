@@ -25,11 +25,11 @@ import numpy as np
 
 from transforms.core.chat.dpo import dpo_example, dpo_row, encode_dpo
 from transforms.core.chat.encode import EncodedChat, parse_conversation
-from transforms.core.chat.rows import chat_row, truncate
+from transforms.core.chat.rows import truncate
 from transforms.core.chat.template import ChatError, ChatRenderer
 from transforms.core.normalize import NormalizeConfig, normalize_text
 
-__all__ = ["ChatConfig", "RecordCheck", "conversation_batch", "dpo_batch", "DROP_TOO_SHORT", "ROLE_TOKENS",
+__all__ = ["ChatConfig", "RecordCheck", "DpoRows", "conversation_batch", "dpo_batch", "DROP_TOO_SHORT", "ROLE_TOKENS",
            "ROLE_TRAINED"]
 
 DROP_TOO_SHORT = "shorter_than_min_sequence_len"
@@ -191,45 +191,61 @@ def _account(batch, used: int, dropped: Counter, counts: Counter) -> None:
 
 
 def conversation_batch(batch, encoder, cfg: ChatConfig):
-    """DocBatch of conversations -> RowBlock of [n, 3, msl] rows (Chat), or WindowBlock of VSL rows (Chat_VSL)."""
-    from transforms.core.records import RowBlock, WindowBlock
+    """DocBatch of conversations -> WindowBlock of [n, 3, msl] rows (Chat) or of VSL rows (Chat_VSL)."""
+    from transforms.core.records import WindowBlock
     from transforms.core.vsl import Segments, VslConfig, pack_segments
 
     counts: Counter = Counter()
     dropped: Counter = Counter()
-    kept: list[EncodedChat] = []
+    ids, trained = [], []  # per kept conversation: only what its rows need, not its text and offsets
     for encoded, reason in _conversations(batch.docs, encoder, cfg, counts):
         if encoded is None:
             dropped[reason] += 1
-        else:
-            kept.append(encoded)
-    counts["tokens"] = sum(len(e) for e in kept)
-    for e in kept:
-        _count_roles(e, counts)
-    _account(batch, len(kept), dropped, counts)
-    msl = cfg.max_seq_length
-    if cfg.mode != "Chat_VSL":
-        rows = np.stack([chat_row(e, max_seq_length=msl, pad_id=cfg.pad_id, inverted_mask=cfg.inverted_mask)
-                         for e in kept]) if kept else np.zeros((0, 3, msl), dtype=np.int32)
-        return RowBlock(batch.group, rows, batch.stats)
-    lengths = np.array([len(e) for e in kept], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if len(kept) else np.zeros(0, np.int64)
+            continue
+        _count_roles(encoded, counts)
+        ids.append(encoded.ids)
+        trained.append(encoded.trained)
+    counts["tokens"] = sum(len(x) for x in ids)
+    _account(batch, len(ids), dropped, counts)
+    lengths = np.array([len(x) for x in ids], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if len(ids) else np.zeros(0, np.int64)
     segments = Segments(
-        tokens=np.concatenate([e.ids for e in kept]).astype(np.int32) if kept else np.zeros(0, np.int32),
-        starts=starts.astype(np.int64), positions=lengths - 1, mask_from=np.zeros(len(kept), np.int64),
-        trained=np.concatenate([e.trained for e in kept]) if kept else np.zeros(0, bool))
-    vsl = VslConfig(max_seq_length=msl, pad_id=cfg.pad_id, pack_sequences=cfg.pack_sequences,
-                    inverted_mask=cfg.inverted_mask)
-    return WindowBlock(batch.group, pack_segments(segments, vsl), batch.stats)
+        tokens=np.concatenate(ids).astype(np.int32) if ids else np.zeros(0, np.int32),
+        starts=starts.astype(np.int64), positions=lengths - 1, mask_from=np.zeros(len(ids), np.int64),
+        trained=np.concatenate(trained) if trained else np.zeros(0, bool))
+    vsl = cfg.mode == "Chat_VSL"
+    # Chat: a conversation per row (as a segment alone in its row, the rows' first three features);
+    # Chat_VSL: conversations packed. Either way the rows are built a batch at a time when they are encoded.
+    layout = VslConfig(max_seq_length=cfg.max_seq_length, pad_id=cfg.pad_id,
+                       pack_sequences=vsl and cfg.pack_sequences, inverted_mask=cfg.inverted_mask)
+    return WindowBlock(batch.group, pack_segments(segments, layout, features=5 if vsl else 3), batch.stats)
+
+
+class DpoRows:
+    """The [n, 6, msl] rows of a group's DPO pairs, built a batch at a time (as EncodeRows asks for them)."""
+
+    def __init__(self, pairs: list, cfg: ChatConfig):
+        self._pairs = pairs  # EncodedDpo, each known to fit (dpo_row made its row once)
+        self._cfg = cfg
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def rows_between(self, lo: int, hi: int) -> np.ndarray:
+        cfg = self._cfg
+        rows = [dpo_row(p, max_seq_length=cfg.max_seq_length, pad_id=cfg.pad_id,
+                        max_prompt_length=cfg.max_prompt_length, inverted_mask=cfg.inverted_mask)
+                for p in self._pairs[lo:hi]]
+        return np.stack(rows) if rows else np.zeros((0, 6, cfg.max_seq_length), dtype=np.int32)
 
 
 def dpo_batch(batch, encoder, cfg: ChatConfig):
-    """DocBatch of DPO records -> RowBlock of [n, 6, msl] rows."""
-    from transforms.core.records import RowBlock
+    """DocBatch of DPO records -> WindowBlock of DpoRows ([n, 6, msl] rows, built when they are encoded)."""
+    from transforms.core.records import WindowBlock
 
     counts: Counter = Counter()
     dropped: Counter = Counter()
-    rows = []
+    pairs = []
     for doc in batch.docs:
         example = _dpo_example(doc.values, cfg)
         prompt = _normalized(list(example.prompt), cfg.normalize, counts)
@@ -237,13 +253,12 @@ def dpo_batch(batch, encoder, cfg: ChatConfig):
                             for r in (example.chosen, example.rejected))
         try:
             encoded = encode_dpo(encoder, example._replace(prompt=prompt, chosen=chosen, rejected=rejected))
-            row = dpo_row(encoded, max_seq_length=cfg.max_seq_length, pad_id=cfg.pad_id,
-                          max_prompt_length=cfg.max_prompt_length, inverted_mask=cfg.inverted_mask)
+            dpo_row(encoded, max_seq_length=cfg.max_seq_length, pad_id=cfg.pad_id,  # does the pair fit?
+                    max_prompt_length=cfg.max_prompt_length, inverted_mask=cfg.inverted_mask)
         except ChatError as e:
             dropped[e.reason] += 1
             continue
         counts["tokens"] += len(encoded.prompt) * 2 + len(encoded.chosen) + len(encoded.rejected)
-        rows.append(row)
-    _account(batch, len(rows), dropped, counts)
-    out = np.stack(rows) if rows else np.zeros((0, 6, cfg.max_seq_length), dtype=np.int32)
-    return RowBlock(batch.group, out, batch.stats)
+        pairs.append(encoded)
+    _account(batch, len(pairs), dropped, counts)
+    return WindowBlock(batch.group, DpoRows(pairs, cfg), batch.stats)
