@@ -19,7 +19,8 @@ import yaml
 
 from transforms.core.records import JsonKey
 
-__all__ = ["Config", "ConfigError", "MODES", "VSL_MODES", "SUMMARIZATION_MODES", "CHAT_MODES", "CONVERSATION_MODES", "build_parser", "load_config", "SETTINGS"]
+__all__ = ["Config", "ConfigError", "MODES", "VSL_MODES", "SUMMARIZATION_MODES", "CHAT_MODES", "CONVERSATION_MODES",
+           "build_parser", "load_config", "SETTINGS"]
 
 LMDATA, SUMMARIZATION, FIM = "LMData", "Summarization", "FIM"
 LMDATA_VSL, SUMMARIZATION_VSL = "LMData_VSL", "Summarization_VSL"

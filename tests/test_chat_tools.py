@@ -18,14 +18,14 @@ import pytest
 
 from pipelines.create_hdf5_dataset import main
 from pipelines.tools import inspect_row, verify_dataset
-from tests.helpers import SHARED, require_shared, run_job
+from tests.helpers import (SHARD, SHARED, assert_verifies_without_a_tokenizer, require_shared, run_job, set_value,
+                           verify_problems, write_dataset)
 from transforms.core import verify as V
 from transforms.core.features import DPO_FEATURES, LM_FEATURES, VSL_FEATURES
 from transforms.io.dataset import H5Dataset
 from transforms.io.hdf5_format import write_shard
 
 EOS, PAD, VOCAB = 50, 99, 100  # EOS: the end-of-turn token
-SHARD = "examples_0.h5"
 QWEN = SHARED / "tokenizers" / "qwen2.5-instruct"
 _PROCESSORS = {"Chat": "ChatPreprocessor", "Chat_VSL": "VSLChatPreprocessor", "DPO": "DPOPreprocessor"}
 _FEATURES = {"Chat": LM_FEATURES, "Chat_VSL": VSL_FEATURES, "DPO": DPO_FEATURES}
@@ -141,15 +141,10 @@ def _params(mode: str, rows: np.ndarray, *, inverted: bool = False) -> dict:
 
 
 def _dataset(path, mode: str, rows: np.ndarray, params: dict | None = None, **options):
-    path.mkdir(exist_ok=True)
-    write_shard(str(path / SHARD), rows)
-    (path / "data_params.json").write_text(json.dumps(params if params is not None
-                                                      else _params(mode, rows, **options)))
-    return path
+    return write_dataset(path, rows, params if params is not None else _params(mode, rows, **options))
 
 
-def _problems(out) -> list[str]:
-    return verify_dataset(str(out)).problems
+_problems = verify_problems
 
 
 # ------------------------------------------------------------------------------------------- good datasets
@@ -162,14 +157,8 @@ def test_verify_passes_on_good_rows(tmp_path, capsys, mode, inverted):
     if inverted:  # every mask row flips, padding included
         for k in range(rows.shape[1] // 3 if mode == "DPO" else 1):
             rows[:, 3 * k + 1] = 1 - rows[:, 3 * k + 1]
-    out = _dataset(tmp_path / "out", mode, rows, inverted=inverted)
-    code = main(["verify", str(out)])
-    lines = capsys.readouterr().out.splitlines()
-    assert code == 0, "\n".join(lines)
-    assert lines[-1].startswith(f"verify {out}: OK: 1 files, {len(rows)} sequences, {mode}; every check passed")
-    assert [line for line in lines if line.startswith("note: ")] == [
-        "note: h5_dataset_stats.detokenized_chars/bytes not checked: the tokenizer could not be rebuilt (see below)",
-        "note: tokenizer not rebuilt: no tokenizer_type in data_params.json and none given"]
+    assert_verifies_without_a_tokenizer(_dataset(tmp_path / "out", mode, rows, inverted=inverted), capsys, mode,
+                                        len(rows))
 
 
 def test_a_chat_mask_may_be_any_pattern_that_ends_the_real_part(tmp_path):
@@ -232,10 +221,7 @@ def test_without_a_features_list_dpo_rows_are_read_as_six(tmp_path):
 # ------------------------------------------------------------------------------------- broken invariants
 
 
-def _set(row: int, feature: int, position: int, value: int):
-    def change(rows):
-        rows[row, feature, position] = value
-    return change
+_set = set_value
 
 
 def _both(*changes):

@@ -19,14 +19,14 @@ import pytest
 
 from pipelines.create_hdf5_dataset import main
 from pipelines.tools import inspect_row, verify_dataset
-from tests.helpers import REFERENCE, ROOT, require_shared
+from tests.helpers import (REFERENCE, ROOT, SHARD, assert_verifies_without_a_tokenizer, require_shared, set_value,
+                           verify_problems, write_dataset)
 from transforms.core import verify as V
 from transforms.core.features import LM_FEATURES, VSL_FEATURES
 from transforms.io.dataset import H5Dataset, open_dataset_tokenizer
 from transforms.io.hdf5_format import write_shard
 
 EOS, PAD, SEP, VOCAB, MSL = 50, 99, 77, 100, 8
-SHARD = "examples_0.h5"
 GOLDEN_VSL = REFERENCE / "golden-vsl"
 GOLDEN_VSL_CASES = ["vsl_lm_gpt2_small_256", "vsl_summ_gpt2_small_256"]
 GPT2 = ROOT / "data" / "tokenizers" / "gpt2"
@@ -107,16 +107,10 @@ def _params(mode: str, rows: np.ndarray, *, inverted: bool = False, tokenizer: b
 
 
 def _dataset(path, mode: str, rows: np.ndarray, params: dict | None = None, **options):
-    path.mkdir(exist_ok=True)
-    write_shard(str(path / SHARD), rows)
-    (path / "data_params.json").write_text(json.dumps(params if params is not None
-                                                      else _params(mode, rows, **options)))
-    return path
+    return write_dataset(path, rows, params if params is not None else _params(mode, rows, **options))
 
 
-def _problems(out) -> list[str]:
-    res = verify_dataset(str(out))
-    return res.problems
+_problems = verify_problems
 
 
 # ------------------------------------------------------------------------------------------- good datasets
@@ -138,15 +132,8 @@ def test_verify_passes_on_the_worked_examples(tmp_path, capsys, mode, rows, inve
     if inverted:
         rows = rows.copy()
         rows[:, 1] = 1 - rows[:, 1]  # the whole mask row flips, padding included
-    out = _dataset(tmp_path / "out", mode, rows, inverted=inverted)
-    code = main(["verify", str(out)])
-    lines = capsys.readouterr().out.splitlines()
-    assert code == 0, "\n".join(lines)
-    assert lines[-1].startswith(f"verify {out}: OK: 1 files, {len(rows)} sequences, {mode}; every check passed")
-    # No tokenizer recorded: only the detokenized sizes are left unchecked.
-    assert [line for line in lines if line.startswith("note: ")] == [
-        "note: h5_dataset_stats.detokenized_chars/bytes not checked: the tokenizer could not be rebuilt (see below)",
-        "note: tokenizer not rebuilt: no tokenizer_type in data_params.json and none given"]
+    assert_verifies_without_a_tokenizer(_dataset(tmp_path / "out", mode, rows, inverted=inverted), capsys, mode,
+                                        len(rows))
 
 
 def test_verify_recounts_our_detokenized_sizes_over_the_real_part(tmp_path):
@@ -186,10 +173,7 @@ def test_position_ids_and_spans_beyond_vocab_size_are_not_ids(tmp_path):
 # ------------------------------------------------------------------------------------- broken invariants
 
 
-def _set(row: int, feature: int, position: int, value: int):
-    def change(rows):
-        rows[row, feature, position] = value
-    return change
+_set = set_value
 
 
 # (mode, change to the good rows, the problem verify must report: it names the file and the first row)

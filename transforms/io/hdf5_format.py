@@ -3,8 +3,9 @@
 What the Cerebras HDF5 dataloader requires: a `.h5` file with one dataset
 `data`, int32 `[n, F, msl]` (F features: input_ids, attention_mask, labels,
 and for VSL attention_span, position_ids), chunked one sample per chunk
-`(1, F, msl)`, gzip-compressed, and a file attribute `n_examples` equal to n. Written so that equal rows give equal bytes: no
-object timestamps (`track_times=False`) and a fixed library format.
+`(1, F, msl)`, gzip-compressed, and a file attribute `n_examples` equal to n.
+Written so that equal rows give equal bytes: no object timestamps
+(`track_times=False`) and a fixed library format.
 """
 
 from __future__ import annotations

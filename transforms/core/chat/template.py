@@ -43,8 +43,8 @@ import jinja2.nodes
 import jinja2.utils
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-__all__ = ["CHATML", "CHATML_TOKENS", "SPECIAL_TOKEN_KEYS", "ChatError", "ChatRenderer", "Rendering", "template_from_config",
-           "template_tokens", "has_generation_blocks"]
+__all__ = ["CHATML", "CHATML_TOKENS", "SPECIAL_TOKEN_KEYS", "ChatError", "ChatRenderer", "Rendering",
+           "template_from_config", "template_tokens", "has_generation_blocks"]
 
 # The ChatML template transformers used as its default (and Cerebras 2.10 falls back to).
 CHATML = (
