@@ -385,11 +385,15 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
     if plan.storage_dir and plan.resume:
         skipped = docs | "SkipStoredGroups" >> SkipStoredGroups(plan.storage_dir)
         docs, stored = skipped.todo, skipped[STORED]
+    return _write(plan, read, _rows(plan, docs), stored)
+
+
+def _rows(plan: JobPlan, docs):
+    """DocBatch -> the mode's rows (RowBlock, or WindowBlock whose rows are built a batch at a time)."""
     if plan.chat is not None:
         # Contents are normalized, rendered and tokenized together: the template decides the tokens.
-        rows = docs | "EncodeConversations" >> EncodeConversations(plan.chat, plan.tokenizer_files,
+        return docs | "EncodeConversations" >> EncodeConversations(plan.chat, plan.tokenizer_files,
                                                                    process_cpus=plan.process_cpus)
-        return _write(plan, read, rows, stored)
     tokens = (
         docs
         | "NormalizeDocuments" >> NormalizeDocuments(plan.normalize)
@@ -400,18 +404,16 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
     )
     if plan.mode == LMDATA:
         # Windows over the token stream: full [n, 3, msl] rows are only built, a batch at a time, to encode them.
-        rows = tokens | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed, windows_only=True)
-    elif plan.mode == SUMMARIZATION:
-        rows = tokens | "BuildSummarizationRows" >> BuildSummarizationRows(plan.summarization)
-    elif plan.mode in VSL_MODES:
+        return tokens | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed, windows_only=True)
+    if plan.mode == SUMMARIZATION:
+        return tokens | "BuildSummarizationRows" >> BuildSummarizationRows(plan.summarization)
+    if plan.mode in VSL_MODES:
         # Segments and where they go; the [n, 5, msl] rows are only built, a batch at a time, to encode them.
-        rows = tokens | "PackDocumentsVsl" >> PackDocumentsVsl(plan.vsl, seed=plan.seed,
+        return tokens | "PackDocumentsVsl" >> PackDocumentsVsl(plan.vsl, seed=plan.seed,
                                                               summarization=plan.mode == SUMMARIZATION_VSL)
-    else:
-        rows = (tokens
-                | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
-                | "ApplyFim" >> ApplyFim(plan.fim, tokenizer_files=plan.tokenizer_files, seed=plan.seed))
-    return _write(plan, read, rows, stored)
+    return (tokens
+            | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
+            | "ApplyFim" >> ApplyFim(plan.fim, tokenizer_files=plan.tokenizer_files, seed=plan.seed))
 
 
 def _write(plan: JobPlan, read, rows, stored):

@@ -16,7 +16,7 @@ import numpy as np
 
 from transforms.core.features import POSITION_IDS, VSL_FEATURES
 
-__all__ = ["Stats", "merge", "ROWS_DROPPED", "H5_ROWS", "row_stats", "post_process_section", "h5_stats_section",
+__all__ = ["Stats", "merge", "ROWS_DROPPED", "H5_ROWS", "ROLE_TOKENS", "ROLE_TRAINED", "row_stats", "post_process_section", "h5_stats_section",
            "input_section", "check_accounting"]
 
 
@@ -24,6 +24,10 @@ __all__ = ["Stats", "merge", "ROWS_DROPPED", "H5_ROWS", "row_stats", "post_proce
 ROWS_DROPPED = "rows_dropped."
 # Counters of the rows written (row_stats, detokenized sizes), counted as each row is encoded for its file.
 H5_ROWS = "h5."
+# Chat modes: a conversation's tokens by role (its turn, headers included), and its trained labels by role,
+# which add up to loss_valid_tokens; counted as conversations are encoded (a file does not know roles).
+ROLE_TOKENS = "chat_tokens."
+ROLE_TRAINED = "chat_loss_valid."
 
 
 @dataclasses.dataclass

@@ -283,7 +283,7 @@ class WriteHdf5Shards(beam.PTransform):
     def __init__(self, *, output_dir: str, output_name: str, files_per_record: int, num_output_files=None,
                  shuffle_seed: Optional[int] = None, max_seq_length: int, features: int = 3,
                  gzip_level: int = GZIP_LEVEL, keep_existing: bool = False):
-        """features: rows are [features, max_seq_length] (3, or 5 for VSL)."""
+        """features: rows are [features, max_seq_length] (3; VSL 5; DPO 6)."""
         super().__init__()
         self._files_per_record = files_per_record
         self._num_output_files = num_output_files

@@ -12,10 +12,9 @@ from typing import Optional
 
 import apache_beam as beam
 
-from transforms.core.chat.batch import ROLE_TOKENS, ROLE_TRAINED
 from transforms.core.features import LM_FEATURES, VSL_FEATURES
-from transforms.core.stats import (H5_ROWS, ROWS_DROPPED, Stats, check_accounting, h5_stats_section, input_section,
-                                   merge, post_process_section)
+from transforms.core.stats import (H5_ROWS, ROLE_TOKENS, ROLE_TRAINED, ROWS_DROPPED, Stats, check_accounting,
+                                   h5_stats_section, input_section, merge, post_process_section)
 from transforms.core.timing import TIME_PREFIX
 from transforms.io import fs
 

@@ -28,9 +28,9 @@ from transforms.core.chat.encode import EncodedChat, parse_conversation
 from transforms.core.chat.rows import truncate
 from transforms.core.chat.template import ChatError, ChatRenderer
 from transforms.core.normalize import NormalizeConfig, normalize_text
+from transforms.core.stats import ROLE_TOKENS, ROLE_TRAINED
 
-__all__ = ["ChatConfig", "RecordCheck", "DpoRows", "conversation_batch", "dpo_batch", "DROP_TOO_SHORT", "ROLE_TOKENS",
-           "ROLE_TRAINED"]
+__all__ = ["ChatConfig", "RecordCheck", "DpoRows", "conversation_batch", "dpo_batch", "DROP_TOO_SHORT"]
 
 DROP_TOO_SHORT = "shorter_than_min_sequence_len"
 
@@ -156,10 +156,6 @@ def _fit(encoded, cfg: ChatConfig) -> tuple[Optional[EncodedChat], Optional[str]
     if len(encoded) < max(cfg.min_sequence_len, 2):
         return None, DROP_TOO_SHORT
     return encoded, None
-
-
-ROLE_TOKENS = "chat_tokens."  # Stats counters by role: a conversation's tokens (its turn, headers included)
-ROLE_TRAINED = "chat_loss_valid."  # ... and its trained labels: by role, they add up to loss_valid_tokens
 
 
 def _count_roles(encoded: EncodedChat, counts: Counter) -> None:
