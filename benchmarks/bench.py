@@ -15,7 +15,7 @@ median of the per-round ratios (a configuration against its own round's
 limits): "of limit" against `tokenizers`, "of fast" against tiktoken.
 
     python benchmarks/bench.py [--corpus PATH.jsonl.zst|.jsonl] [--limit-bytes N] [--msl 2048]
-                               [--configs ftfy_off,ftfy_on,shuffle,vsl] [--repeat 3]
+                               [--configs ftfy_off,ftfy_on,shuffle,vsl,splits] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -46,11 +46,21 @@ CONFIGS = {
     # LMData over exactly those texts with that tokenizer, the baseline chat is compared with.
     "chat": ["Chat"],
     "lm_qwen": ["LMData"],
+    # ftfy_off's job cut three ways by content (one read, one tokenization): three datasets and a summary.
+    "splits": ["--data_splits", "train=0.98,validation=0.01,test=0.01"],
 }
 MODES = ("LMData", "LMData_VSL", "Chat")  # a configuration may start with the mode it runs (default LMData)
 QWEN = ROOT.parent / "shared" / "tokenizers" / "qwen2.5-instruct"
 CHAT_CONFIGS = {"chat": "chat", "lm_qwen": "chat_text"}  # configuration -> its input (from prepare_chat)
-BASELINES = {"vsl": "ftfy_off", "chat": "lm_qwen"}  # a mode's throughput against this configuration's
+BASELINES = {"vsl": "ftfy_off", "chat": "lm_qwen", "splits": "ftfy_off"}  # throughput against this one's
+
+
+def _post(params: dict) -> dict:
+    """The post-process counts of a dataset, or of a split job's outputs added up."""
+    if "outputs" not in params:
+        return params["post-process"]
+    return {"n_examples": sum(o["sequences"] for o in params["outputs"]),
+            "loss_valid_tokens": sum(o["loss_valid_tokens"] for o in params["outputs"])}
 
 
 def prepare(corpus: Path, limit_bytes: int, work: Path) -> Path:
@@ -162,7 +172,7 @@ def main() -> int:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--limit-bytes", type=int, default=0, help="use only the first N bytes of lines (0: all)")
     parser.add_argument("--msl", type=int, default=2048)
-    parser.add_argument("--configs", default="ftfy_off,ftfy_on,shuffle,vsl")
+    parser.add_argument("--configs", default="ftfy_off,ftfy_on,shuffle,vsl,splits")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of limit + configurations (medians shown)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
@@ -208,17 +218,17 @@ def main() -> int:
         for name in names:
             seconds = [r["seconds"] for r in runs[name]]
             last = runs[name][-1]
-            line(name, seconds, last["params"]["post-process"]["loss_valid_tokens"],
+            line(name, seconds, _post(last["params"])["loss_valid_tokens"],
                  max(r["peak_rss_mb"] for r in runs[name]), last["params"].get("run", {}).get("stage_seconds", {}))
         for name, baseline in BASELINES.items():
             # A mode against LMData on the same texts in the same round: the throughput it keeps.
             if name not in runs or baseline not in runs:
                 continue
             ratios = [b["seconds"] / r["seconds"] for b, r in zip(runs[baseline], runs[name])]
-            last = runs[name][-1]["params"]["post-process"]
+            last = _post(runs[name][-1]["params"])
             print(f"\n{name}: {statistics.median(ratios):.1%} of {baseline}'s throughput (LMData, same texts, "
                   f"same round; per round {' '.join(f'{x:.1%}' for x in ratios)}); "
-                  f"{last['n_examples']} rows against {runs[baseline][-1]['params']['post-process']['n_examples']}"
+                  f"{last['n_examples']} rows against {_post(runs[baseline][-1]['params'])['n_examples']}"
                   + (f", vsl_packing_factor {last['vsl_packing_factor']}" if "vsl_packing_factor" in last else ""))
     finally:
         if not args.keep:

@@ -72,6 +72,16 @@ SETTINGS: tuple[Setting, ...] = (
     _s("input_dir", "setup", "str", None, "directory searched recursively for input files"),
     _s("metadata_files", "setup", "list", None, "comma-separated files, each listing input paths"),
     _s("output_dir", "setup", "str", "./data_dir/", "where the .h5 files and data_params.json go"),
+    _s("data_splits", "setup", "splits", None,
+       "split the documents by a keyed hash of their content: train=0.98,validation=0.01,test=0.01 "
+       "(YAML: also Cerebras' {name: {split_fraction: f}}); each split is a dataset under output_dir/<split>"),
+    _s("context_splits", "setup", "context", None,
+       "write each document at one of several max sequence lengths: 2K=0.5,8K=0.5 (YAML: also "
+       "{MSL_List: [2K, 8K], split_fractions: [1, 1]}); each is a dataset under .../msl_<M>"),
+    _s("top_level_as_subsets", "setup", "bool", False,
+       "every top-level directory of input_dir is its own subset: a dataset (or set of splits) under "
+       "output_dir/<directory>"),
+    _s("subsets", "setup", "list", None, "comma-separated top-level directories of input_dir: each a subset"),
     _s("processes", "setup", "int", 0,
        "worker processes for the local runner (0: Beam's default); recorded for compatibility"),
     # processing
@@ -93,6 +103,7 @@ SETTINGS: tuple[Setting, ...] = (
     _s("resume_from_checkpoint", "processing", "bool", False, "finish an interrupted run in output_dir"),
     _s("display_pbar", "processing", "bool", True, "show a progress bar on a terminal"),
     _s("seed", "processing", "int", 0, "seed for short_seq_prob and FIM draws"),
+    _s("split_seed", "processing", "int", 0, "key of the hash that draws each document's split"),
     _s("max_chunk_size", "processing", "int", 64, "KiB of text per tokenizer batch", cli=False),
     _s("shuffle", "processing", "bool", False, "globally shuffle the output sequences"),
     _s("shuffle_seed", "processing", "int", 0, "seed of the global shuffle"),
@@ -161,7 +172,10 @@ SETTINGS: tuple[Setting, ...] = (
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 # Keys the reference's YAML files may carry that mean nothing to a Beam job.
-_IGNORED_YAML_KEYS = {"dataset_processor"}
+# data_splits_dir: where Cerebras' first stage writes the raw split records; one job needs no such copy.
+_IGNORED_YAML_KEYS = {"dataset_processor", "data_splits_dir"}
+# Cerebras 2.10's `setup.data` mapping: its keys, and the settings they are here.
+_SETUP_DATA_KEYS = {"source": "input_dir", "top_level_as_subsets": "top_level_as_subsets", "subsets": "subsets"}
 _TRUE = {"true", "1", "yes", "y", "on"}
 _FALSE = {"false", "0", "no", "n", "off"}
 
@@ -301,11 +315,23 @@ def _coerce(s: Setting, raw: Any, origin: str) -> Any:
             if text not in ("NFC", "NFKC"):
                 raise ValueError("expected NFC, NFKC or None")
             return text
+        if s.type in ("splits", "context"):
+            from transforms.core.splits import parse_context_splits, parse_data_splits
+
+            if isinstance(raw, str) and raw.strip().startswith("{"):
+                raw = yaml.safe_load(raw)  # the YAML form, inline on the command line
+            parse = parse_data_splits if s.type == "splits" else parse_context_splits
+            try:
+                return parse(raw, where)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         if s.type == "dtype":
             text = str(raw)
             if text not in INT_DTYPES:
                 raise ValueError(f"expected one of {', '.join(INT_DTYPES)}")
             return text
+    except ConfigError:
+        raise  # already names the setting and what is wrong with it
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: invalid value {raw!r}: {e}") from None
     raise AssertionError(s.type)
@@ -335,6 +361,15 @@ def _flatten_yaml(data: dict, mode: str, path: str) -> dict:
             continue
         if not isinstance(body, dict):
             raise ConfigError(f"{path}: section {section!r} must be a mapping")
+        if section == "setup" and isinstance(body.get("data"), dict):
+            body = dict(body)
+            for key, value in body.pop("data").items():
+                if key not in _SETUP_DATA_KEYS:
+                    raise ConfigError(f"{path}: unknown setting setup.data.{key} "
+                                      f"(expected {', '.join(_SETUP_DATA_KEYS)})")
+                if _SETUP_DATA_KEYS[key] in body and body[_SETUP_DATA_KEYS[key]] != value:
+                    raise ConfigError(f"{path}: setup.data.{key} and setup.{_SETUP_DATA_KEYS[key]} disagree")
+                body[_SETUP_DATA_KEYS[key]] = value
         for key, value in body.items():
             if key in _IGNORED_YAML_KEYS:
                 continue
@@ -398,11 +433,13 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
     msl = v["max_seq_length"]
     _require(msl >= 2, f"max_seq_length: must be at least 2, got {msl}")
     _require(v["min_sequence_len"] >= 0, "min_sequence_len: must be >= 0")
-    _require(v["min_sequence_len"] <= msl + 1,
-             f"min_sequence_len: {v['min_sequence_len']} exceeds max_seq_length + 1 = {msl + 1}; every row would be dropped")
     _require(0.0 <= v["short_seq_prob"] <= 1.0, "short_seq_prob: must be within [0, 1]")
-    _require(v["short_seq_prob"] == 0.0 or msl >= 3,
-             "short_seq_prob: cutting rows to a random length in [2, max_seq_length - 1] needs max_seq_length >= 3")
+    _validate_splits(v, sources)
+    for name, m in job_max_seq_lengths(v):
+        _require(v["min_sequence_len"] <= m + 1, f"min_sequence_len: {v['min_sequence_len']} exceeds {name} + 1 "
+                 f"= {m + 1}; every row would be dropped")
+        _require(v["short_seq_prob"] == 0.0 or m >= 3, f"short_seq_prob: cutting rows to a random length in "
+                 f"[2, max_seq_length - 1] needs {name} >= 3")
     _require(v["files_per_record"] >= 1, "files_per_record: must be >= 1")
     _require(v["max_bad_record_fraction"] is None or 0.0 <= v["max_bad_record_fraction"] <= 1.0,
              "max_bad_record_fraction: must be within [0, 1]")
@@ -437,8 +474,9 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
         import numpy as np
 
         top = np.iinfo(np.dtype(v["position_ids_dtype"])).max
-        _require(top >= msl - 1, f"position_ids_dtype: {v['position_ids_dtype']} cannot hold position ids up to "
-                 f"{msl - 1} (max_seq_length {msl}); use a wider dtype")
+        for name, m in job_max_seq_lengths(v):
+            _require(top >= m - 1, f"position_ids_dtype: {v['position_ids_dtype']} cannot hold position ids up "
+                     f"to {m - 1} ({name} {m}); use a wider dtype")
     if mode == FIM:
         for name in ("fim_prefix_tok", "fim_middle_tok", "fim_suffix_tok"):
             _require(bool(v[name]), f"--{name} is required for FIM")
@@ -447,3 +485,35 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
     if v["resume_from_checkpoint"] and v["overwrite_output"]:
         _require(False, "resume_from_checkpoint and overwrite_output contradict each other")
 
+
+
+def job_max_seq_lengths(v: dict) -> list[tuple[str, int]]:
+    """(the setting that gives it, max sequence length) for every length the job writes."""
+    out = []
+    for name, _, context in v.get("data_splits") or ():
+        out.extend((f"data_splits.{name}.context_splits", m) for m, _ in context or ())
+    out.extend(("context_splits", m) for m, _ in v.get("context_splits") or ())
+    if not v.get("context_splits") and not all(c for _, _, c in v.get("data_splits") or ((None, 1, None),)):
+        out.append(("max_seq_length", v["max_seq_length"]))
+    return out
+
+
+def _validate_splits(v: dict, sources: dict) -> None:
+    per_split = any(c is not None for _, _, c in v.get("data_splits") or ())
+    _require(not (per_split and v.get("context_splits")),
+             "context_splits: given both for the whole job and inside data_splits; choose one")
+    _require(not (v.get("context_splits") and sources.get("max_seq_length") != "default"),
+             "max_seq_length and context_splits are both set: the context splits give the sequence lengths")
+    _require(not (v.get("top_level_as_subsets") and v.get("subsets")),
+             "top_level_as_subsets and subsets are both set: choose one (subsets lists the directories to use)")
+    if v.get("top_level_as_subsets") or v.get("subsets"):
+        _require(not v.get("metadata_files"), "subsets are the top-level directories of input_dir: they cannot "
+                 "be used with metadata_files")
+        from transforms.core.splits import check_name
+
+        for name in v.get("subsets") or ():
+            try:
+                check_name("subsets: subset", name)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        _require(len(set(v.get("subsets") or ())) == len(v.get("subsets") or ()), "subsets: a directory is listed twice")

@@ -32,7 +32,8 @@ from transforms.core.features import DPO_FEATURES, LM_FEATURES, VSL_FEATURES
 from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
-from transforms.core.records import InputFile
+from transforms.core.records import InputFile, PerPart
+from transforms.core.splits import SplitPlan, make_split_plan, subset_of
 from transforms.core.summarization import SummarizationConfig
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.core.vsl import VslConfig
@@ -42,7 +43,7 @@ from transforms.io.hdf5_format import GZIP_LEVEL
 from transforms.io.hdf5_sink import EncodeRows, RowFormat, WriteHdf5Shards
 from transforms.io.intermediate import STORED, SkipStoredGroups, StoreGroups
 from transforms.io.dead_letters import DEAD_LETTER_DIR, WriteDeadLetters
-from transforms.io.manifest import PARAMS_FILE, MergeStats, WriteDatasetParams
+from transforms.io.manifest import PARAMS_FILE, MergeStats, WriteDatasetParams, WriteSplitParams
 from transforms.io.read_corpus import DEAD_LETTERS, DOCS, FAN_OUT_BYTES, ReadCorpus, ReadInputManifest, \
     write_input_manifest
 from transforms.io.tokenizer_files import StagedTokenizerFiles, read_chat_template, read_tokenizer_files, \
@@ -51,6 +52,7 @@ from transforms.stages.chat import EncodeConversations
 from transforms.stages.fim import ApplyFim
 from transforms.stages.normalize import NormalizeDocuments
 from transforms.stages.pack import PackSequences
+from transforms.stages.splits import REST, RouteDocuments, SeparateRest
 from transforms.stages.summarize import BuildSummarizationRows
 from transforms.stages.tokenize import TokenizeDocuments
 from transforms.stages.vsl import PackDocumentsVsl
@@ -99,6 +101,7 @@ class JobPlan:
     unit_groups: int = 1  # packing groups per work unit of a large .jsonl/.parquet file
     fan_out_bytes: Optional[int] = None  # files read in order and larger than this hand their groups on; None: never
     process_cpus: Optional[int] = None  # cores one worker process may use; None: all of this machine's
+    splits: Optional[SplitPlan] = None  # several datasets under output_dir (subsets, splits, lengths); None: one
 
     @property
     def features(self) -> tuple:
@@ -106,6 +109,25 @@ class JobPlan:
         if self.mode == DPO:
             return DPO_FEATURES
         return VSL_FEATURES if self.mode in VSL_MODES else LM_FEATURES
+
+    def for_output(self, k: int) -> "JobPlan":
+        """The plan of a split job's output k: its own directory and max sequence length, one dataset."""
+        out = self.splits.outputs[k]
+        msl = out.max_seq_length
+
+        def with_msl(config):
+            return None if config is None else dataclasses.replace(config, max_seq_length=msl)
+
+        output_dir = fs.join(self.output_dir, out.path) if out.path else self.output_dir
+        sections = {name: dict(body) for name, body in self.sections.items()}
+        sections["setup"]["output_dir"] = output_dir
+        sections["processing"]["max_seq_length"] = msl
+        split = {"path": out.path, "subset": out.subset, "split": out.split, "max_seq_length": msl,
+                 "fraction": out.fraction, "split_seed": self.splits.seed, "job_output_dir": self.output_dir}
+        return dataclasses.replace(
+            self, splits=None, output_dir=output_dir, sections=sections, extra={**self.extra, "split": split},
+            pack=with_msl(self.pack), summarization=with_msl(self.summarization), fim=with_msl(self.fim),
+            vsl=with_msl(self.vsl), chat=with_msl(self.chat))
 
     @property
     def row_format(self) -> RowFormat:
@@ -134,7 +156,7 @@ JOB_FILE = "job.json"  # inside OUT/.tmp: the fingerprint of the configuration t
 INPUT_MANIFEST = "inputs.jsonl"  # inside OUT/.tmp: the input files, read by the workers
 
 
-def _check_output_dir(config: Config) -> None:
+def _check_output_dir(config: Config, plan: JobPlan) -> None:
     out = config.output_dir
     names = fs.listdir_names(out)
     if not names:
@@ -143,15 +165,38 @@ def _check_output_dir(config: Config) -> None:
         _check_resumable(config, names)
         return
     if config.overwrite_output:
-        for name in names:
-            if name.endswith(".h5") or name in (PARAMS_FILE,):
-                fs.remove_file(fs.join(out, name))
-            elif name in (DEAD_LETTER_DIR, fs.TMP_DIR):
-                fs.remove_tree(fs.join(out, name))
+        # A split job's outputs (those of the run being replaced, and this one's) are datasets of their own.
+        old = _read_json(fs.join(out, PARAMS_FILE)) or {}
+        mine = {o.path for o in plan.splits.outputs} if plan.splits else set()
+        for path in sorted({o["path"] for o in old.get("outputs", []) if o.get("path")} | mine):
+            _remove_dataset(fs.join(out, path), fs.listdir_names(fs.join(out, path)))
+            _remove_empty_dirs(out, path)
+        _remove_dataset(out, names)
         return
     raise UserError(f"output_dir {out} is not empty ({len(names)} entries): pass --overwrite_output True "
                     "to replace the dataset in it, --resume_from_checkpoint True to finish an interrupted "
                     "run, or choose another directory")
+
+
+def _remove_dataset(directory: str, names: list[str]) -> None:
+    """What a run writes into a dataset directory: shards, data_params.json, dead letters, scratch space."""
+    for name in names:
+        if name.endswith(".h5") or name in (PARAMS_FILE,):
+            fs.remove_file(fs.join(directory, name))
+        elif name in (DEAD_LETTER_DIR, fs.TMP_DIR):
+            fs.remove_tree(fs.join(directory, name))
+
+
+def _remove_empty_dirs(root: str, path: str) -> None:
+    """root/path and its parents below root, those left empty (local only: a bucket has no directories)."""
+    if not fs.is_local(root):
+        return
+    parts = path.split("/")
+    for depth in range(len(parts), 0, -1):
+        try:
+            os.rmdir(os.path.join(root, *parts[:depth]))
+        except OSError:
+            return  # not empty, or not there
 
 
 def _read_json(path: str) -> Optional[dict]:
@@ -251,8 +296,12 @@ def plan_job(config: Config) -> JobPlan:
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
     root = None if config.metadata_files else config.input_dir
-    files = tuple(InputFile(i, p, _relpath(p, root), fs.local_size(p))
-                  for i, p in enumerate(paths))
+    relpaths = [_relpath(p, root) for p in paths]
+    subsets = _subsets(config, relpaths)
+    if subsets != (None,):
+        keep = [i for i, rel in enumerate(relpaths) if subset_of(rel) in subsets]
+        paths, relpaths = [paths[i] for i in keep], [relpaths[i] for i in keep]
+    files = tuple(InputFile(i, p, rel, fs.local_size(p)) for i, (p, rel) in enumerate(zip(paths, relpaths)))
     input_manifest = fs.join(config.output_dir, fs.TMP_DIR, INPUT_MANIFEST)
     try:
         tok_files = read_tokenizer_files(
@@ -266,6 +315,11 @@ def plan_job(config: Config) -> JobPlan:
     except (FileNotFoundError, ValueError, OSError) as e:
         raise UserError(f"tokenizer: {e}") from None
     _check_dtypes(config, tokenizer.vocab_size)
+    splits = None
+    if config.data_splits or config.context_splits or subsets != (None,):
+        splits = make_split_plan(data_splits=config.data_splits, context_splits=config.context_splits,
+                                 subsets=subsets, max_seq_length=config.max_seq_length, seed=config.split_seed)
+        _check_msl_limit(config, tok_files)
     fim = None
     if config.mode == FIM:
         try:
@@ -329,7 +383,49 @@ def plan_job(config: Config) -> JobPlan:
         shuffle_seed=config.shuffle_seed if config.shuffle else None,
         gzip_level=config.gzip_level,
         resume=config.resume_from_checkpoint,
+        splits=splits,
     )
+
+
+def _subsets(config: Config, relpaths: list[str]) -> tuple:
+    """The subsets the job writes: top-level directories of input_dir, in sorted order; (None,): no subsets."""
+    if config.top_level_as_subsets:
+        outside = sorted(rel for rel in relpaths if subset_of(rel) is None)
+        if outside:
+            raise UserError(f"top_level_as_subsets: {len(outside)} input file(s) lie directly in input_dir, in no "
+                            f"subset directory (e.g. {', '.join(outside[:3])}): move them into a subset, or list "
+                            "the subsets to read with subsets")
+        found = sorted({subset_of(rel) for rel in relpaths})
+        from transforms.core.splits import check_name
+
+        try:
+            return tuple(check_name("top_level_as_subsets: subset", name) for name in found)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    if config.subsets:
+        present = {subset_of(rel) for rel in relpaths}
+        missing = [name for name in config.subsets if name not in present]
+        if missing:
+            raise UserError(f"subsets: no input files under {', '.join(fs.join(config.input_dir, m) for m in missing)}")
+        return tuple(sorted(config.subsets))
+    return (None,)
+
+
+# transformers' model_max_length when the tokenizer sets none (int(1e30)): no limit.
+_NO_LIMIT = 10 ** 18
+
+
+def _check_msl_limit(config: Config, files: TokenizerFiles) -> None:
+    """A context split's length must fit the tokenizer's model_max_length, when its config gives one."""
+    from pipelines.config import job_max_seq_lengths
+
+    limit = (files.tokenizer_config or {}).get("model_max_length")
+    if not isinstance(limit, (int, float)) or limit >= _NO_LIMIT:
+        return
+    for name, msl in job_max_seq_lengths(config.as_dict()):
+        if name != "max_seq_length" and msl > limit:
+            raise UserError(f"{name}: max sequence length {msl} exceeds the tokenizer's model_max_length "
+                            f"{int(limit)}")
 
 
 def _chat_config(config: Config, files: TokenizerFiles, tokenizer) -> ChatConfig:
@@ -383,25 +479,74 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
     )
     docs, stored = read[DOCS], None
     if plan.storage_dir and plan.resume:
-        skipped = docs | "SkipStoredGroups" >> SkipStoredGroups(plan.storage_dir)
+        skipped = docs | "SkipStoredGroups" >> SkipStoredGroups(plan.storage_dir, plan.splits)
         docs, stored = skipped.todo, skipped[STORED]
-    return _write(plan, read, _rows(plan, docs), stored)
+    dead_letters = read[DEAD_LETTERS] | "DeadLetters" >> WriteDeadLetters(plan.output_dir)
+    if plan.splits is None:
+        rows = _rows(plan, _tokens(plan, docs) if plan.chat is None else docs)
+        return _write(plan, rows, stored, dead_letters)
+    return _build_splits(plan, docs, stored, dead_letters)
 
 
-def _rows(plan: JobPlan, docs):
-    """DocBatch -> the mode's rows (RowBlock, or WindowBlock whose rows are built a batch at a time)."""
+def _build_splits(plan: JobPlan, docs, stored, dead_letters):
+    """Each document routed to one output; the outputs written by one set of transforms, each stage taking
+    its settings for the output at hand (PerPart); every output's data_params.json, then the summary.
+
+    Documents are read, normalized and tokenized once. The graph does not grow with the outputs.
+    """
+    splits = plan.splits
+    outputs = [plan.for_output(k) for k in range(len(splits.outputs))]
+
+    def per_part(get):
+        return None if get(plan) is None else PerPart(tuple(get(o) for o in outputs))
+
+    keyed = dataclasses.replace(plan, pack=per_part(lambda p: p.pack), fim=per_part(lambda p: p.fim),
+                                summarization=per_part(lambda p: p.summarization), vsl=per_part(lambda p: p.vsl),
+                                chat=per_part(lambda p: p.chat))
+    routed = docs | "RouteDocuments" >> RouteDocuments(splits, plan.normalize if plan.chat is None else None)
+    parts, rest = routed.parts, routed[REST]
+    rows = _rows(keyed, parts if plan.chat is not None else parts | "TokenizeDocuments" >> _tokenize(plan))
+    if plan.storage_dir:
+        rest = rest | "StoreRest" >> StoreGroups(plan.storage_dir)
+    if stored is not None:
+        stored = stored | "SeparateStoredRest" >> SeparateRest(splits)
+        rest = (rest, stored["rest"]) | "WithStoredRest" >> beam.Flatten()
+        stored = stored["outputs"]
+    rest_stats = (rest | "RestStats" >> beam.Map(lambda b: b.stats)
+                  | "MergeRestStats" >> beam.CombineGlobally(MergeStats()))
+    blocks, shards = _write_shards(plan, rows, stored, row_format=per_part(lambda p: p.row_format),
+                                   output_dir=per_part(lambda p: p.output_dir))
+    stats = (blocks | "Stats" >> beam.Map(lambda b: (b.group.part, b.stats))
+             | "MergeStats" >> beam.CombinePerKey(MergeStats()))
+    return shards | "WriteSplitParams" >> WriteSplitParams(
+        output_dir=plan.output_dir, outputs=splits.outputs, output_dirs=tuple(o.output_dir for o in outputs),
+        sections=tuple(o.sections for o in outputs), extras=tuple(o.extra for o in outputs), eos_id=plan.eos_id,
+        pad_id=plan.pad_id, vocab_size=plan.vocab_size, features=plan.features, stats=stats,
+        rest_stats=rest_stats, dead_letters=dead_letters, summary_sections=plan.sections,
+        summary_extra={**plan.extra, "features": list(plan.features)})
+
+
+def _tokenize(plan: JobPlan) -> TokenizeDocuments:
+    return TokenizeDocuments(
+        plan.tokenizer_files, split_len=plan.split_len, remove_bos_in_chunks=plan.remove_bos_in_chunks,
+        append_eos=plan.mode not in SUMMARIZATION_MODES, drop_bos=plan.mode == FIM, process_cpus=plan.process_cpus)
+
+
+def _tokens(plan: JobPlan, docs):
+    """DocBatch -> TokenBatch (the text modes)."""
+    return (docs
+            | "NormalizeDocuments" >> NormalizeDocuments(plan.normalize)
+            | "TokenizeDocuments" >> _tokenize(plan))
+
+
+def _rows(plan: JobPlan, batches):
+    """TokenBatch (Chat and DPO: DocBatch) -> the mode's rows (RowBlock, or WindowBlock whose rows are built a
+    batch at a time)."""
     if plan.chat is not None:
         # Contents are normalized, rendered and tokenized together: the template decides the tokens.
-        return docs | "EncodeConversations" >> EncodeConversations(plan.chat, plan.tokenizer_files,
-                                                                   process_cpus=plan.process_cpus)
-    tokens = (
-        docs
-        | "NormalizeDocuments" >> NormalizeDocuments(plan.normalize)
-        | "TokenizeDocuments" >> TokenizeDocuments(
-            plan.tokenizer_files, split_len=plan.split_len, remove_bos_in_chunks=plan.remove_bos_in_chunks,
-            append_eos=plan.mode not in SUMMARIZATION_MODES, drop_bos=plan.mode == FIM,
-            process_cpus=plan.process_cpus)
-    )
+        return batches | "EncodeConversations" >> EncodeConversations(plan.chat, plan.tokenizer_files,
+                                                                      process_cpus=plan.process_cpus)
+    tokens = batches
     if plan.mode == LMDATA:
         # Windows over the token stream: full [n, 3, msl] rows are only built, a batch at a time, to encode them.
         return tokens | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed, windows_only=True)
@@ -416,21 +561,27 @@ def _rows(plan: JobPlan, docs):
             | "ApplyFim" >> ApplyFim(plan.fim, tokenizer_files=plan.tokenizer_files, seed=plan.seed))
 
 
-def _write(plan: JobPlan, read, rows, stored):
-    """Rows -> compressed chunks -> shards, dead letters, data_params.json (every mode alike)."""
-    blocks = rows | "EncodeRows" >> EncodeRows(plan.row_format, plan.tokenizer_files, gzip_level=plan.gzip_level,
+def _write_shards(plan: JobPlan, rows, stored, *, row_format, output_dir):
+    """Rows -> compressed chunks -> shards (every mode alike); returns (the encoded blocks, the shards)."""
+    blocks = rows | "EncodeRows" >> EncodeRows(row_format, plan.tokenizer_files, gzip_level=plan.gzip_level,
                                                process_cpus=plan.process_cpus)
     if plan.storage_dir:
         blocks = blocks | "StoreGroups" >> StoreGroups(plan.storage_dir)
     if stored is not None:
         blocks = (blocks, stored) | "WithStoredGroups" >> beam.Flatten()
-    stats = blocks | "Stats" >> beam.Map(lambda b: b.stats) | "MergeStats" >> beam.CombineGlobally(MergeStats())
-    dead_letters = read[DEAD_LETTERS] | "DeadLetters" >> WriteDeadLetters(plan.output_dir)
     shards = blocks | "WriteHdf5Shards" >> WriteHdf5Shards(
-        output_dir=plan.output_dir, output_name=plan.output_name, files_per_record=plan.files_per_record,
+        output_dir=output_dir, output_name=plan.output_name, files_per_record=plan.files_per_record,
         num_output_files=plan.num_output_files, shuffle_seed=plan.shuffle_seed,
-        max_seq_length=plan.row_format.max_seq_length, features=len(plan.features), gzip_level=plan.gzip_level,
-        keep_existing=plan.resume)
+        max_seq_length=PerPart(tuple(f.max_seq_length for f in row_format.values))
+        if isinstance(row_format, PerPart) else row_format.max_seq_length,
+        features=len(plan.features), gzip_level=plan.gzip_level, keep_existing=plan.resume)
+    return blocks, shards
+
+
+def _write(plan: JobPlan, rows, stored, dead_letters):
+    """Rows -> shards, dead letters counted, data_params.json (one dataset)."""
+    blocks, shards = _write_shards(plan, rows, stored, row_format=plan.row_format, output_dir=plan.output_dir)
+    stats = blocks | "Stats" >> beam.Map(lambda b: b.stats) | "MergeStats" >> beam.CombineGlobally(MergeStats())
     return shards | "WriteDatasetParams" >> WriteDatasetParams(
         output_dir=plan.output_dir, sections=plan.sections, eos_id=plan.eos_id, pad_id=plan.pad_id,
         vocab_size=plan.vocab_size, features=plan.features, stats=stats, dead_letters=dead_letters,
@@ -465,7 +616,7 @@ def _beam_options(beam_args: list[str]) -> PipelineOptions:
 
 
 def _summary(params: dict, output_dir: str, seconds: float) -> str:
-    post, inp = params["post-process"], params["input"]
+    inp = params["input"]
 
     def by_reason(counts: dict) -> str:
         # Most frequent first, then by name: "json_decode 2, missing_key 1".
@@ -474,9 +625,14 @@ def _summary(params: dict, output_dir: str, seconds: float) -> str:
     dropped = f", {inp['dropped']} dropped ({by_reason(inp['dropped_by_reason'])})" if inp["dropped"] else ""
     bad = (f", {inp['bad']} bad record{'s' if inp['bad'] != 1 else ''} ({by_reason(inp['bad_by_reason'])}; "
            f"see {fs.join(output_dir, DEAD_LETTER_DIR)})" if inp["bad"] else "")
+    tail = f"in {seconds:.1f}s: {inp['documents_read']} documents read, {inp['used']} used{dropped}{bad}."
+    if "outputs" in params:  # a split job: one dataset per output
+        each = "; ".join(f"{o['path']}: {o['sequences']} sequences, {o['documents']} documents "
+                         f"({o['fraction_obtained']:.2%} of {o['fraction_asked']:.2%} asked)" for o in params["outputs"])
+        return f"Wrote {len(params['outputs'])} datasets to {output_dir} ({each}) {tail}"
+    post = params["post-process"]
     return (f"Wrote {post['n_examples']} sequences ({post['num_tokens']} tokens, "
-            f"{post['loss_valid_tokens']} loss-valid) in {len(params['files'])} files to {output_dir} "
-            f"in {seconds:.1f}s: {inp['documents_read']} documents read, {inp['used']} used{dropped}{bad}.")
+            f"{post['loss_valid_tokens']} loss-valid) in {len(params['files'])} files to {output_dir} {tail}")
 
 
 @dataclasses.dataclass
@@ -514,7 +670,7 @@ def launch(config: Config, beam_args: list[str], plan_changes: Optional[dict] = 
     dry_run = bool(options.view_as(TestOptions).dry_run)
     local, storage = _is_local_runner(options), plan.storage_dir
     if not dry_run:
-        _check_output_dir(config)
+        _check_output_dir(config, plan)
         fs.makedirs(config.output_dir)
         _claim_output_dir(config)
     if (config.display_pbar and sys.stderr.isatty() and local and not dry_run
@@ -535,6 +691,8 @@ def launch(config: Config, beam_args: list[str], plan_changes: Optional[dict] = 
     started = time.time()
     pipeline = beam.Pipeline(options=options)
     build(pipeline, plan)
+    if not local:
+        _check_graph_size(pipeline)
     result = pipeline.run()
     job_id = getattr(result, "job_id", lambda: None)()
     if dry_run:
@@ -543,6 +701,19 @@ def launch(config: Config, beam_args: list[str], plan_changes: Optional[dict] = 
     elif job_id and not local:
         print(f"create_hdf5_dataset: submitted job {job_id}", file=sys.stderr)
     return Launched(result, dry_run, local, storage, started)
+
+
+# Dataflow refuses a job whose graph is over 10 MB; the request holds more than the pipeline, so keep a margin.
+GRAPH_LIMIT_BYTES = 9 << 20
+
+
+def _check_graph_size(pipeline: beam.Pipeline) -> None:
+    """Refuse, before submitting, a graph the service would refuse (it does not grow with the inputs, and a
+    split job's outputs share their transforms, but settings are part of it)."""
+    size = len(pipeline.to_runner_api().SerializeToString())
+    if size > GRAPH_LIMIT_BYTES:
+        raise UserError(f"the job graph is {size / 2**20:.1f} MiB, over the {GRAPH_LIMIT_BYTES / 2**20:.1f} MiB a "
+                        "distributed runner such as Dataflow accepts")
 
 
 def run(config: Config, beam_args: list[str], plan_changes: Optional[dict] = None) -> Optional[dict]:

@@ -124,6 +124,8 @@ def verify_dataset(out_dir: str, *, vocab_size: Optional[int] = None, max_seq_le
     params, params_problem = _load_params(out_dir)
     if params_problem:
         res.problems.append(f"{PARAMS_FILE}: {params_problem}")
+    if params is not None and "outputs" in params:
+        return _verify_split_job(out_dir, params, vocab_size=vocab_size, max_seq_length=max_seq_length, **tokenizer)
     spec, notes = V.dataset_spec(params)
     res.notes += notes
     res.mode, res.producer = spec.mode, spec.producer
@@ -196,6 +198,40 @@ def verify_dataset(out_dir: str, *, vocab_size: Optional[int] = None, max_seq_le
             res.notes.append(f"tokenizer not rebuilt: {tok_how}")
     elif max_seq_length is None and len(set(msls)) > 1:
         res.problems.append(f"{out_dir}: files hold rows of different lengths: {sorted(set(msls))}")
+    return res
+
+
+def _verify_split_job(out_dir: str, summary: dict, **flags) -> VerifyResult:
+    """A split job's directory: every output verified as the dataset it is, and the summary against them."""
+    from transforms.core.stats import check_accounting
+
+    res = VerifyResult(out_dir, mode=summary.get("setup", {}).get("mode"))
+    documents = 0
+    for entry in summary["outputs"]:
+        path = fs.join(out_dir, entry["path"])
+        try:
+            one = verify_dataset(path, **flags)
+        except UsageError as e:
+            res.problems.append(f"{entry['path']}: {e}")
+            continue
+        res.problems += [f"{entry['path']}/{p}" for p in one.problems]
+        res.notes += [f"{entry['path']}/{n}" for n in one.notes]
+        res.files += one.files
+        res.rows += one.rows
+        if one.rows != entry["sequences"]:
+            res.problems.append(f"{PARAMS_FILE}: {entry['path']} holds {one.rows} sequences, the summary says "
+                                f"{entry['sequences']}")
+        params, _ = _load_params(path)
+        if params is not None:
+            documents += params["input"]["documents_read"]
+            if params.get("config_fingerprint") != summary.get("config_fingerprint"):
+                res.problems.append(f"{entry['path']}/{PARAMS_FILE}: written by another configuration "
+                                    f"({params.get('config_fingerprint')}, the job's {summary.get('config_fingerprint')})")
+    inp = summary.get("input", {})
+    res.problems += [f"{PARAMS_FILE}: {p}" for p in check_accounting(inp)] if inp else []
+    if inp and documents != inp["good"]:
+        res.problems.append(f"{PARAMS_FILE}: the outputs hold {documents} documents, the job read {inp['good']} "
+                            "good ones")
     return res
 
 

@@ -405,3 +405,64 @@ def test_vsl_settings_are_checked_where_they_apply(tmp_path):
     # LMData has no such flag: it is left for Beam, which refuses it (tests/test_cli.py).
     config, rest = load_config(lm("--fold_long_doc", "True"))
     assert rest == ["--fold_long_doc", "True"]
+
+
+# ---------------------------------------------------------------- splits
+
+
+CEREBRAS_SPLITS = """
+setup:
+  data:
+    source: corpus
+    top_level_as_subsets: true
+  data_splits_dir: ignored/raw_splits
+  data_splits:
+    train: {split_fraction: 0.9}
+    validation: {split_fraction: 0.1}
+  context_splits:
+    MSL_List: [1K, 0.5K]
+    split_fractions: [3, 1]
+processing:
+  split_seed: 7
+"""
+
+
+def test_cerebras_split_settings_read_from_yaml(tmp_path):
+    config = load(["LMData", "--tokenizer_type", "NeoXTokenizer", "--encoder_file", "t.json", "--params",
+                   write_yaml(tmp_path, CEREBRAS_SPLITS)])
+    assert config.input_dir == "corpus" and config.top_level_as_subsets is True and config.split_seed == 7
+    assert config.data_splits == (("train", 0.9, None), ("validation", 0.1, None))
+    assert config.context_splits == ((1024, 0.75), (512, 0.25))
+    assert config.source_of("data_splits") == "yaml"
+    # The command line wins, in its own short form; the YAML form also works inline.
+    config = load(["LMData", "--tokenizer_type", "NeoXTokenizer", "--encoder_file", "t.json", "--params",
+                   write_yaml(tmp_path, CEREBRAS_SPLITS), "--data_splits", "a=0.5,b=1/2",
+                   "--context_splits", "{MSL_List: [2K], split_fractions: [1]}"])
+    assert config.data_splits == (("a", 0.5, None), ("b", 0.5, None))
+    assert config.context_splits == ((2048, 1.0),)
+    assert config.sections()["setup"]["data_splits"] == (("a", 0.5, None), ("b", 0.5, None))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("setup:\n  data: {source: a, sources: b}\n", "unknown setting setup.data.sources"),
+    ("setup:\n  input_dir: a\n  data: {source: b}\n", "setup.data.source and setup.input_dir disagree"),
+    ("setup:\n  data_splits: {a: {split_fraction: 0.5, context_splits: {MSL_List: [512], split_fractions: [1]}}, "
+     "b: 0.5}\n  context_splits: {MSL_List: [512], split_fractions: [1]}\n",
+     "given both for the whole job and inside data_splits"),
+    ("setup:\n  top_level_as_subsets: true\n  subsets: [a]\n", "top_level_as_subsets and subsets are both set"),
+    ("setup:\n  subsets: [a, a]\n", "a directory is listed twice"),
+    ("setup:\n  subsets: [.tmp]\n", "cannot be a directory of the output"),
+    ("setup:\n  data_splits: [0.5, 0.5]\n", "data_splits (from YAML): expected"),
+    ("setup:\n  data_splits: {a: {split_fraction: 1, context_splits: {MSL_List: [2], split_fractions: [1]}}}\n",
+     "min_sequence_len: 10 exceeds data_splits.a.context_splits + 1 = 3"),
+])
+def test_bad_split_settings_name_the_setting(tmp_path, text, message):
+    with pytest.raises(ConfigError) as err:
+        load(lm("--params", write_yaml(tmp_path, text)))
+    assert message in str(err.value)
+
+
+def test_subsets_need_an_input_directory():
+    with pytest.raises(ConfigError, match="cannot be used with metadata_files"):
+        load(["LMData", "--tokenizer_type", "NeoXTokenizer", "--encoder_file", "t", "--metadata_files", "m.txt",
+              "--subsets", "a,b"])

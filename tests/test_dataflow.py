@@ -77,13 +77,13 @@ def _environment(proto: beam_runner_api_pb2.Pipeline):
     return image, staged
 
 
-def _check_graph(job) -> None:
+def _check_graph(job, stages: tuple = OUR_STAGES) -> None:
     from apache_beam.runners.dataflow.internal import apiclient
 
     assert job.proto.type_ == apiclient.dataflow.JobType.JOB_TYPE_BATCH
     proto = job.proto_pipeline
     names = {t.unique_name for t in proto.components.transforms.values()}
-    assert set(OUR_STAGES) <= names, sorted(names)
+    assert set(stages) <= names, sorted(names)
     assert all(pc.is_bounded == beam_runner_api_pb2.IsBounded.BOUNDED
                for pc in proto.components.pcollections.values())
     # Every transform's inputs are produced by some transform: the graph is connected and complete.
@@ -302,3 +302,29 @@ def test_flex_launcher_dry_run_builds_the_job_and_writes_nothing(tmp_path):
     _check_graph(result.job)
     assert not out.exists()
     assert launcher.main(args[:1] + args[2:]) == 2  # no input_dir nor metadata_files: a one-line error
+
+
+def test_a_split_job_graph_hardly_grows_with_its_outputs(tmp_path, monkeypatch):
+    """A split job's outputs share one set of transforms (each stage takes its settings for the output at hand):
+    an output adds its settings to the graph, not a subgraph. A graph over the limit is still a one-line error at
+    launch, never a rejected submission."""
+    import pipelines.create_hdf5_dataset as job
+
+    def argv(splits: int) -> list[str]:
+        return _argv(tmp_path / "out") + ["--data_splits", ",".join(f"s{i}=1/{splits}" for i in range(splits))]
+
+    def graph(splits: int) -> int:
+        config, beam_args = load_config(argv(splits) + DATAFLOW + ["--sdk_container_image", IMAGE])
+        launched = launch(config, beam_args)
+        assert launched.dry_run and not (tmp_path / "out").exists()
+        _check_graph(launched.result.job, stages=("ReadCorpus", "RouteDocuments", "TokenizeDocuments",
+                                                  "WriteHdf5Shards", "WriteSplitParams"))
+        return len(launched.result.job.proto_pipeline.SerializeToString())
+
+    two, sixty = graph(2), graph(60)
+    per_output = (sixty - two) / 58
+    assert per_output < 2 << 10, per_output  # thousands of outputs fit in Dataflow's 10 MB
+    monkeypatch.setattr(job, "GRAPH_LIMIT_BYTES", two - 1)
+    config, beam_args = load_config(argv(2) + DATAFLOW)
+    with pytest.raises(job.UserError, match=r"the job graph is 0.\d MiB, over the 0.\d MiB a distributed runner"):
+        launch(config, beam_args)

@@ -163,7 +163,7 @@ class _Watcher(threading.Thread):
                 found = {}
             for path, info in found.items():
                 if path.endswith(".h5"):
-                    self.sizes.setdefault(path.rsplit("/", 1)[1], set()).add(info["size"])
+                    self.sizes.setdefault(path[len(self._prefix) + 1:], set()).add(info["size"])
                 elif "/.tmp/" in path:
                     self.temp_seen += 1
             time.sleep(0.02)
@@ -185,14 +185,19 @@ def _args(input_dir, output_dir, encoder_file, params, mode: str = "LMData") -> 
             "--tokenizer_type", "NeoXTokenizer", "--encoder_file", encoder_file]
 
 
-@pytest.mark.parametrize("mode, runner", [
-    ("LMData", RUNNER),
-    pytest.param("LMData", MULTI_PROCESSING + ["--direct_num_workers", "2"], marks=pytest.mark.worker_processes),
-    ("LMData_VSL", RUNNER)], ids=["FnApiRunner", "multi_processing", "vsl"])
-def test_gs_to_gs_equals_local_run(gcs, tmp_path, mode, runner):
+SPLIT_YAML = YAML + "setup:\n  data_splits: {train: {split_fraction: 0.7}, validation: {split_fraction: 0.3}}\n"
+
+
+@pytest.mark.parametrize("mode, runner, yaml", [
+    ("LMData", RUNNER, YAML),
+    pytest.param("LMData", MULTI_PROCESSING + ["--direct_num_workers", "2"], YAML, marks=pytest.mark.worker_processes),
+    ("LMData_VSL", RUNNER, YAML),
+    ("LMData", RUNNER, SPLIT_YAML)], ids=["FnApiRunner", "multi_processing", "vsl", "splits"])
+def test_gs_to_gs_equals_local_run(gcs, tmp_path, mode, runner, yaml):
     """Corpus, tokenizer and YAML on gs://, output to gs://: every file read back equals the local run's.
 
     multi_processing: worker processes reach the emulator through the inherited environment alone.
+    splits: one dataset per split under OUT, and the job's summary.
     """
     require_shared(LM)
     require_shared(NEOX)
@@ -200,7 +205,7 @@ def test_gs_to_gs_equals_local_run(gcs, tmp_path, mode, runner):
 
     fs, bucket = gcs
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(YAML)
+    cfg.write_text(yaml)
     local_out = tmp_path / "local_out"
     local_params = run_job(_args(str(LM), str(local_out), str(NEOX), str(cfg), mode))
     local_files = {str(p.relative_to(local_out)): p.read_bytes() for p in local_out.rglob("*") if p.is_file()}
@@ -209,7 +214,7 @@ def test_gs_to_gs_equals_local_run(gcs, tmp_path, mode, runner):
     for f in sorted(LM.iterdir()):
         fs.put_file(str(f), f"{bucket}/in/{f.name}")
     fs.put_file(str(NEOX), f"{bucket}/tok/tokenizer.json")
-    fs.pipe(f"{bucket}/cfg.yaml", YAML.encode())
+    fs.pipe(f"{bucket}/cfg.yaml", yaml.encode())
     gs_in, gs_out, gs_tok = f"gs://{bucket}/in", f"gs://{bucket}/out", f"gs://{bucket}/tok/tokenizer.json"
 
     watcher = _Watcher(f"{bucket}/out")

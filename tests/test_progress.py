@@ -91,13 +91,18 @@ def _argv(inputs, out, *extra, mode="LMData"):
             "--max_seq_length", "256", "--packing_group_mb", "1", *extra]
 
 
-@pytest.mark.parametrize("mode", ["LMData", "LMData_VSL"])
-def test_the_bar_reaches_the_input_size_once_and_never_passes_it(tmp_path, monkeypatch, recorded, mode):
+@pytest.mark.parametrize("mode, extra", [("LMData", []), ("LMData_VSL", []),
+                                         ("LMData", ["--data_splits", "train=0.6,validation=0.4"])],
+                         ids=["LMData", "LMData_VSL", "splits"])
+def test_the_bar_reaches_the_input_size_once_and_never_passes_it(tmp_path, monkeypatch, recorded, mode, extra):
     values, bars = recorded
     total = _inputs(tmp_path / "in")
     terminal = FakeTerminal()
     monkeypatch.setattr("sys.stderr", terminal)
-    params = run_job(_argv(tmp_path / "in", tmp_path / "out", mode=mode))
+    params = run_job(_argv(tmp_path / "in", tmp_path / "out", *extra, mode=mode))
+    if extra:  # a split job: its summary, and the outputs' counts added up
+        assert len(params["outputs"]) == 2
+        params["post-process"] = {"n_examples": sum(o["sequences"] for o in params["outputs"])}
     assert len(bars) == 1 and bars[0].total == total
     assert values == sorted(values) and len(values) > 10  # it moved, in many steps, never back
     assert values[-1] == total and values.count(total) == 1  # the total exactly once: at the very end

@@ -13,7 +13,7 @@ from typing import Optional
 
 from transforms.core import fast_ftfy
 
-__all__ = ["NormalizeConfig", "normalize_batch", "normalize_text", "wikitext_detokenize"]
+__all__ = ["NormalizeConfig", "normalize_batch", "normalized_document", "normalize_text", "wikitext_detokenize"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,34 +99,39 @@ def _utf8_len(text: str) -> int:
     return len(text.encode("utf-8", errors="surrogatepass"))
 
 
+def normalized_document(doc, config: NormalizeConfig):
+    """(the document with normalized values, its sizes): characters and UTF-8 bytes before and after, and
+    whether every value is empty after normalization (`docs_empty`)."""
+    from transforms.core.records import Document
+
+    raw_chars = sum(len(v) for v in doc.values)
+    raw_bytes = sum(_utf8_len(v) for v in doc.values)
+    chars, nbytes = raw_chars, raw_bytes
+    if not config.is_identity:  # otherwise the normalized text is the raw text: count it once
+        doc = Document(doc.index, tuple(normalize_text(v, config) for v in doc.values), doc.member)
+        chars = sum(len(v) for v in doc.values)
+        nbytes = sum(_utf8_len(v) for v in doc.values)
+    # Empty documents are kept (LMData: a bare EOS, as in the reference), but counted.
+    return doc, {"raw_chars": raw_chars, "raw_bytes": raw_bytes, "normalized_chars": chars,
+                 "normalized_bytes": nbytes, "docs_empty": int(chars == 0)}
+
+
 def normalize_batch(batch, config: NormalizeConfig):
     """DocBatch -> DocBatch with normalized values; counts chars/bytes before and after,
     and the documents whose every value is empty after normalization (`docs_empty`)."""
-    from transforms.core.records import DocBatch, Document
+    from transforms.core.records import DocBatch
 
     source = batch.group.source
-    raw_chars = raw_bytes = norm_chars = norm_bytes = empty = 0
+    totals: Counter = Counter({"docs_empty": 0, "raw_chars": 0, "raw_bytes": 0, "normalized_chars": 0,
+                               "normalized_bytes": 0})
     docs = []
     for doc in batch.docs:
-        chars = sum(len(v) for v in doc.values)
-        nbytes = sum(_utf8_len(v) for v in doc.values)
-        raw_chars += chars
-        raw_bytes += nbytes
-        if not config.is_identity:  # otherwise the normalized text is the raw text: count it once
-            doc = Document(doc.index, tuple(normalize_text(v, config) for v in doc.values), doc.member)
-            chars = sum(len(v) for v in doc.values)
-            nbytes = sum(_utf8_len(v) for v in doc.values)
-        norm_chars += chars
-        norm_bytes += nbytes
-        # Empty documents are kept (LMData: a bare EOS, as in the reference), but counted.
-        empty += chars == 0
+        doc, sizes = normalized_document(doc, config)
+        totals.update(sizes)
         docs.append(doc)
     stats = batch.stats
     # Every input file gets a per-source entry, even one without any record.
     stats.sources.setdefault(source, Counter())
-    stats.add("docs_empty", empty, source)
-    stats.add("raw_chars", raw_chars, source)
-    stats.add("raw_bytes", raw_bytes, source)
-    stats.add("normalized_chars", norm_chars, source)
-    stats.add("normalized_bytes", norm_bytes, source)
+    for name, value in totals.items():
+        stats.add(name, value, source)
     return DocBatch(batch.group, docs, stats, batch.progress_bytes)

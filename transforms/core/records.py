@@ -105,6 +105,7 @@ class GroupId:
     slice_index: int
     source: str  # the path as read (local or URL)
     relpath: str  # the path relative to the input root: the identity seeds derive from
+    part: Optional[int] = None  # a split job: the output (transforms.core.splits) this share of the group goes to
 
     @property
     def sort_key(self) -> tuple[int, int]:
@@ -113,7 +114,33 @@ class GroupId:
     @property
     def name(self) -> str:
         """Identity that survives moving the input directory or adding other files."""
-        return f"{self.relpath}#{self.slice_index}"
+        name = f"{self.relpath}#{self.slice_index}"
+        return name if self.part is None else f"{name}@{self.part}"
+
+
+@dataclasses.dataclass(frozen=True)
+class PerPart:
+    """A setting with one value per output of a split job (indexed by `GroupId.part`).
+
+    Every stage after the split resolves its settings for the group at hand
+    (`for_group`), so a job's outputs (their lengths, their directories) share
+    one set of transforms: the job graph does not grow with the outputs.
+    """
+
+    values: tuple
+
+    def of(self, group: GroupId):
+        return self.values[group.part]
+
+
+def for_part(value, part: Optional[int]):
+    """`value` as it applies to output `part`: a PerPart's value for it, anything else as it is."""
+    return value.values[part] if isinstance(value, PerPart) else value
+
+
+def for_group(value, group: GroupId):
+    """`value` as it applies to `group` (see for_part)."""
+    return for_part(value, group.part)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,6 +45,7 @@ import h5py
 import numpy as np
 
 from transforms.core.features import DPO_FEATURES, LM_FEATURES, VSL_FEATURES
+from transforms.core.chat.template import CHATML_TOKENS
 from transforms.core.tokenizer import Tokenizer, build_tokenizer
 from transforms.core.verify import FileLayout
 from transforms.io import fs
@@ -306,8 +307,11 @@ def open_dataset_tokenizer(out_dir: str, params: Optional[dict], **overrides: Op
     summarization = (mode in ("Summarization", "Summarization_VSL")
                      or processor in ("SummarizationPreprocessor", "VSLSummarizationPreprocessor"))
     try:
-        tok_files = read_tokenizer_files(kind, **files, eos_id=proc.get("eos_id"), pad_id=proc.get("pad_id"),
-                                         sep_token=dataset.get("sep_token") if summarization else None)
+        tok_files = read_tokenizer_files(
+            kind, **files, eos_id=proc.get("eos_id"), pad_id=proc.get("pad_id"),
+            sep_token=dataset.get("sep_token") if summarization else None,
+            # As the job did: ChatML's markers are added where the vocabulary lacks them.
+            extra_special_tokens=CHATML_TOKENS if proc.get("chat_template") == "chatml" else ())
         tok = build_tokenizer(tok_files)
     except Exception as e:  # noqa: BLE001 - any failure only means "no tokenizer"; the reason is reported
         return None, f"cannot rebuild the tokenizer ({kind}): {e}"

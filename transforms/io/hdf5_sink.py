@@ -29,7 +29,7 @@ import numpy as np
 from transforms.core.detok import DetokCounter
 from transforms.core.encoded import EncodedRows
 from transforms.core.memory import release_free_memory
-from transforms.core.records import EncodedBlock, RowBlock, WindowBlock
+from transforms.core.records import EncodedBlock, PerPart, RowBlock, WindowBlock, for_group, for_part
 from transforms.core.sharding import Layout, shard_name
 from transforms.core.stats import H5_ROWS, real_lengths, row_stats
 from transforms.core.threads import process_threads
@@ -59,6 +59,7 @@ class ShardResult:
     name: str
     num_sequences: int  # n_examples, as the committed file says it
     seconds: dict  # stage -> seconds spent on this file
+    part: Optional[int] = None  # a split job: the output the file belongs to
 
 
 # A piece is the rows of one group bound for one file, as plain values (Beam encodes a tuple of
@@ -104,7 +105,7 @@ class _EncodeFn(beam.DoFn):
         if self._detok is None:
             # Built on first use, not in setup(): by then the tokenizer is busy with the next group.
             self._detok = DetokCounter(shared_tokenizer(self._tokenizer_files.load()))
-        fmt = self._format
+        fmt = for_group(self._format, block.group)
         stats = block.stats
 
         encoded_rows = 0
@@ -167,15 +168,21 @@ class EncodeRows(beam.PTransform):
 
 
 def _meta(block: EncodedBlock) -> tuple:
-    return block.group.sort_key, block.group.name, block.n_rows
+    return block.group.part, (block.group.sort_key, block.group.name, block.n_rows)
 
 
-def _make_layout(metas: list, shuffle_seed, files_per_record: int, num_output_files) -> Layout:
-    return Layout.create(metas, shuffle_seed=shuffle_seed, files_per_record=files_per_record,
-                         num_output_files=num_output_files)
+def _make_layouts(metas: list, parts: tuple, shuffle_seed, files_per_record: int, num_output_files) -> dict:
+    """Every output's layout, from its groups' metadata: output part -> Layout."""
+    by_part: dict = {part: [] for part in parts}
+    for part, meta in metas:
+        by_part[part].append(meta)
+    return {part: Layout.create(m, shuffle_seed=shuffle_seed, files_per_record=files_per_record,
+                                num_output_files=num_output_files) for part, m in by_part.items()}
 
 
-def _route(block: EncodedBlock, layout: Layout):
+def _route(block: EncodedBlock, layouts: dict):
+    part = block.group.part
+    layout = layouts[part]
     group = layout.group_of(block.group.sort_key)
     routes = layout.route(group)
     rows = block.rows
@@ -185,9 +192,9 @@ def _route(block: EncodedBlock, layout: Layout):
         rows = read_spilled(block.stored)
     for f, index in routes:
         if rows is not None:
-            yield f, _inline_piece(group, index, rows.take(index))
+            yield (part, f), _inline_piece(group, index, rows.take(index))
         else:
-            yield f, (group, index.astype(_ROW_DTYPE).tobytes(), block.stored)
+            yield (part, f), (group, index.astype(_ROW_DTYPE).tobytes(), block.stored)
 
 
 class _FileRows:
@@ -249,16 +256,17 @@ class _WriteShardFn(beam.DoFn):
         self._keep_existing = keep_existing
         self._written = beam.metrics.Metrics.counter("write", "sequences")
 
-    def process(self, element, layout: Layout):
-        index, pieces = element
+    def process(self, element, layouts: dict):
+        (part, index), pieces = element
+        output_dir, msl = for_part(self._output_dir, part), for_part(self._msl, part)
         name = shard_name(self._output_name, index)
-        final = fs.join(self._output_dir, name)
+        final = fs.join(output_dir, name)
         if self._keep_existing and fs.exists(final):
             # Committed by an earlier attempt of this same job (checked at start-up): keep it.
-            yield ShardResult(index, name, shard_n_examples(final), {})
+            yield ShardResult(index, name, shard_n_examples(final), {}, part)
             return
         started = time.perf_counter()
-        rows = _FileRows(list(pieces), layout, index)
+        rows = _FileRows(list(pieces), layouts[part], index)
         seconds = {"shuffle": time.perf_counter() - started}
         started = time.perf_counter()
 
@@ -268,23 +276,28 @@ class _WriteShardFn(beam.DoFn):
                 for k in range(len(batch)):
                     yield batch.chunk(k)
 
-        tmp = os.path.join(fs.local_scratch_dir(self._output_dir), fs.unique_temp_name(name))
-        write_chunks(tmp, len(rows), self._msl, chunks(), level=self._level, features=self._features)
+        tmp = os.path.join(fs.local_scratch_dir(output_dir), fs.unique_temp_name(name))
+        write_chunks(tmp, len(rows), msl, chunks(), level=self._level, features=self._features)
         n = shard_n_examples(tmp)  # n_examples as the file says it
         fs.commit_local_file(tmp, final)
         seconds["write"] = time.perf_counter() - started
         self._written.inc(n)
-        yield ShardResult(index, name, n, seconds)
+        yield ShardResult(index, name, n, seconds, part)
 
 
 class WriteHdf5Shards(beam.PTransform):
     """PCollection[EncodedBlock] -> PCollection[ShardResult], one per committed file."""
 
-    def __init__(self, *, output_dir: str, output_name: str, files_per_record: int, num_output_files=None,
-                 shuffle_seed: Optional[int] = None, max_seq_length: int, features: int = 3,
+    def __init__(self, *, output_dir: str | PerPart, output_name: str, files_per_record: int, num_output_files=None,
+                 shuffle_seed: Optional[int] = None, max_seq_length: int | PerPart, features: int = 3,
                  gzip_level: int = GZIP_LEVEL, keep_existing: bool = False):
-        """features: rows are [features, max_seq_length] (3; VSL 5; DPO 6)."""
+        """features: rows are [features, max_seq_length] (3; VSL 5; DPO 6).
+
+        A split job's outputs share the transform: `output_dir` and `max_seq_length` are then PerPart, every
+        output has its own layout and files, and a ShardResult names its output (`part`).
+        """
         super().__init__()
+        self._parts = tuple(range(len(output_dir.values))) if isinstance(output_dir, PerPart) else (None,)
         self._files_per_record = files_per_record
         self._num_output_files = num_output_files
         self._shuffle_seed = shuffle_seed
@@ -295,12 +308,13 @@ class WriteHdf5Shards(beam.PTransform):
             blocks
             | "GroupMeta" >> beam.Map(_meta)
             | "AllGroupMeta" >> beam.combiners.ToList()
-            | "Layout" >> beam.Map(_make_layout, self._shuffle_seed, self._files_per_record, self._num_output_files)
+            | "Layout" >> beam.Map(_make_layouts, self._parts, self._shuffle_seed, self._files_per_record,
+                                   self._num_output_files)
         )
         return (
             blocks
             | "RouteToFiles" >> beam.FlatMap(_route, beam.pvalue.AsSingleton(layout))
-            # (file index, _Piece)
+            # ((output part, file index), _Piece)
             | "GroupByFile" >> beam.GroupByKey()
             | "WriteShards" >> beam.ParDo(self._fn, beam.pvalue.AsSingleton(layout))
         )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from typing import Optional
 
 import apache_beam as beam
 from apache_beam import pvalue
 
 from transforms.core.records import DocBatch, EncodedBlock
+from transforms.core.splits import SplitPlan
 from transforms.core.timing import TIME_PREFIX
 from transforms.io import progress
 from transforms.io.spill import find_spilled, spill_group
@@ -40,29 +43,36 @@ class StoreGroups(beam.PTransform):
 
 
 class _SkipFn(beam.DoFn):
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, splits: Optional[SplitPlan]):
         self._directory = directory
+        self._splits = splits
         self._skipped = beam.metrics.Metrics.counter("resume", "groups_skipped")
 
     def process(self, batch: DocBatch):
-        found = find_spilled(self._directory, batch.group)
-        if found is None:
+        # A split job stores a group as one share per output of its subset plus the rest: done when all are.
+        groups = [batch.group] if self._splits is None else \
+            [dataclasses.replace(batch.group, part=k) for k in self._splits.parts_of(batch.group.relpath)]
+        found = [find_spilled(self._directory, group) for group in groups]
+        if any(f is None for f in found):
             yield batch
             return
         progress.advance(batch.progress_bytes)  # done by an earlier attempt
-        ref, n_rows, stats = found
         self._skipped.inc()
-        stats.totals["groups_resumed"] += 1
-        # The stored statistics already include what reading this group counted.
-        yield pvalue.TaggedOutput(STORED, EncodedBlock(batch.group, n_rows, stored=ref, stats=stats))
+        for i, (group, (ref, n_rows, stats)) in enumerate(zip(groups, found)):
+            stats.totals["groups_resumed"] += int(i == len(groups) - 1)  # once per group, with the job's share
+            # The stored statistics already include what reading this group counted.
+            yield pvalue.TaggedOutput(STORED, EncodedBlock(group, n_rows, stored=ref, stats=stats))
 
 
 class SkipStoredGroups(beam.PTransform):
     """PCollection[DocBatch] -> {main: DocBatch still to process, STORED: EncodedBlock of stored groups}."""
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, splits: Optional[SplitPlan] = None):
+        """splits: a split job's plan (its groups are stored by output); None: one dataset."""
         super().__init__()
         self._directory = directory
+        self._splits = splits
 
     def expand(self, batches):
-        return batches | "Skip" >> beam.ParDo(_SkipFn(self._directory)).with_outputs(STORED, main="todo")
+        return batches | "Skip" >> beam.ParDo(_SkipFn(self._directory, self._splits)).with_outputs(
+            STORED, main="todo")

@@ -20,7 +20,7 @@ from transforms.io import fs
 
 STAGES = ("read", "normalize", "tokenize", "pack", "fim", "encode", "shuffle", "write")
 
-__all__ = ["WriteDatasetParams", "MergeStats", "PARAMS_FILE"]
+__all__ = ["WriteDatasetParams", "WriteSplitParams", "MergeStats", "PARAMS_FILE", "build_summary"]
 
 PARAMS_FILE = "data_params.json"
 
@@ -115,4 +115,95 @@ class WriteDatasetParams(beam.PTransform):
                 beam.pvalue.AsSingleton(self._stats),
                 beam.pvalue.AsSingleton(self._dead_letters),
                 self._output_dir, self._sections, self._ids, self._extra, self._features)
+        )
+
+
+def build_summary(outputs: tuple, params: list, stats: list, rest: Stats, sections: dict, *,
+                  dead_letters: Optional[int], extra: dict) -> dict:
+    """OUT/data_params.json of a split job: every output's counts, the fractions asked and obtained, and the
+    job's input accounting (every record read is in exactly one output, dropped there, or a dead letter).
+
+    `outputs`: transforms.core.splits.Output per output; `params`, `stats`: each output's data_params.json
+    and Stats, in the same order; `rest`: what no document carries (bad records, reading).
+    """
+    job = merge([rest, *stats])
+    section = input_section(job)
+    problems = check_accounting(section)
+    if dead_letters is not None and dead_letters != section["bad"]:
+        problems.append(f"{dead_letters} dead letters written, {section['bad']} bad records counted")
+    if problems:
+        raise RuntimeError("document accounting does not add up: " + "; ".join(problems))
+    by_subset = Counter()
+    for out, p in zip(outputs, params):
+        by_subset[out.subset] += p["input"]["documents_read"]
+    rows = []
+    for out, p in zip(outputs, params):
+        post, documents = p["post-process"], p["input"]["documents_read"]
+        rows.append({
+            "path": out.path, "subset": out.subset, "split": out.split, "max_seq_length": out.max_seq_length,
+            "fraction_asked": round(out.fraction, 6),
+            # Of the documents of its subset: each document's output is an independent draw.
+            "fraction_obtained": round(documents / by_subset[out.subset], 6) if by_subset[out.subset] else 0.0,
+            "documents": documents, "documents_used": p["input"]["used"], "sequences": post["n_examples"],
+            "tokens": post["num_tokens"], "loss_valid_tokens": post["loss_valid_tokens"],
+            "files": len(p["files"]),
+        })
+    summary = {k: dict(v) for k, v in sections.items()}
+    summary["outputs"] = rows
+    summary["input"] = section
+    summary.update(extra)
+    run = dict(summary.get("run", {}))
+    # Reading and routing are the job's; the rest is each output's.
+    timers = Counter(rest.with_prefix(TIME_PREFIX))
+    for p in params:
+        timers.update({stage: int(seconds * 1000) for stage, seconds in p["run"].get("stage_seconds", {}).items()})
+    run["stage_seconds"] = {k: round(timers[k] / 1000, 2) for k in STAGES if k in timers}
+    if job["groups_resumed"]:
+        run["groups_resumed"] = job["groups_resumed"]
+    summary["run"] = run
+    return summary
+
+
+def _finalize_split(shards: list, stats_by_part: list, rest: Stats, dead_letters: int, output_dir: str,
+                    outputs: tuple, output_dirs: tuple, sections: tuple, extras: tuple, ids: dict, features: tuple,
+                    summary_sections: dict, summary_extra: dict) -> dict:
+    stats = dict(stats_by_part)
+    params, part_stats = [], []
+    for k in range(len(outputs)):
+        mine = [s for s in shards if s.part == k]
+        part_stats.append(stats.get(k, Stats()))  # an output no group reached (none does: every group has a share)
+        params.append(_finalize(mine, part_stats[-1], None, output_dirs[k], sections[k], ids, extras[k], features))
+    summary = build_summary(outputs, params, part_stats, rest, summary_sections, dead_letters=dead_letters,
+                            extra=summary_extra)
+    fs.write_text_atomic(fs.join(output_dir, PARAMS_FILE), json.dumps(summary, indent=4, sort_keys=True) + "\n")
+    fs.remove_tree(fs.join(output_dir, fs.TMP_DIR))
+    return summary
+
+
+class WriteSplitParams(beam.PTransform):
+    """A split job's PCollection[ShardResult] (each naming its output) -> the summary dict, after writing every
+    output's data_params.json and then OUT/data_params.json.
+
+    `stats`: PCollection of (output part, Stats); `rest_stats`: a singleton Stats of what no output holds;
+    `output_dirs`, `sections`, `extras`: one per output, in part order.
+    """
+
+    def __init__(self, *, output_dir: str, outputs: tuple, output_dirs: tuple, sections: tuple, extras: tuple,
+                 eos_id: int, pad_id: int, vocab_size: int, features: tuple, stats, rest_stats, dead_letters,
+                 summary_sections: dict, summary_extra: dict):
+        super().__init__()
+        self._args = (output_dir, outputs, output_dirs, sections, extras,
+                      {"eos_id": eos_id, "pad_id": pad_id, "vocab_size": vocab_size}, tuple(features),
+                      summary_sections, summary_extra)
+        self._stats = stats
+        self._rest_stats = rest_stats
+        self._dead_letters = dead_letters
+
+    def expand(self, shards):
+        return (
+            shards
+            | "AllShards" >> beam.combiners.ToList()
+            | "WriteParams" >> beam.Map(
+                _finalize_split, beam.pvalue.AsList(self._stats), beam.pvalue.AsSingleton(self._rest_stats),
+                beam.pvalue.AsSingleton(self._dead_letters), *self._args)
         )

@@ -11,6 +11,7 @@ from transforms.core.chat.batch import ChatConfig, conversation_batch, dpo_batch
 from transforms.core.chat.encode import ChatEncoder
 from transforms.core.chat.template import ChatRenderer
 from transforms.core.memory import release_free_memory
+from transforms.core.records import PerPart, for_group
 from transforms.core.threads import limit_native_threads
 from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
@@ -20,7 +21,7 @@ __all__ = ["EncodeConversations"]
 
 
 class _EncodeConversationsFn(beam.DoFn):
-    def __init__(self, config: ChatConfig, files: TokenizerFiles, process_cpus: Optional[int]):
+    def __init__(self, config: ChatConfig | PerPart, files: TokenizerFiles, process_cpus: Optional[int]):
         self._config = config
         self._files = files
         self._process_cpus = process_cpus
@@ -29,7 +30,9 @@ class _EncodeConversationsFn(beam.DoFn):
     def setup(self):
         limit_native_threads(self._process_cpus)
         tokenizer = shared_tokenizer(self._files.load())
-        renderer = ChatRenderer(self._config.template, dict(self._config.template_tokens))
+        # Every part's config has the same template: only the lengths differ.
+        first = self._config.values[0] if isinstance(self._config, PerPart) else self._config
+        renderer = ChatRenderer(first.template, dict(first.template_tokens))
         self._encoder = ChatEncoder(renderer, tokenizer.backend)
 
     def process(self, batch):
@@ -38,8 +41,9 @@ class _EncodeConversationsFn(beam.DoFn):
         tokenizing = int(batch.progress_bytes * progress.TOKENIZE_SHARE) if batch.docs else 0
         progress.expect(batch.group.name, batch.progress_bytes - tokenizing)
         documents = len(batch.docs)
-        build = dpo_batch if self._config.dpo else conversation_batch
-        out = build(batch, self._encoder, self._config)
+        config = for_group(self._config, batch.group)
+        build = dpo_batch if config.dpo else conversation_batch
+        out = build(batch, self._encoder, config)
         progress.advance(tokenizing)
         progress.count("documents", documents)
         progress.count("tokens", out.stats["tokens"])  # the group's stats: nothing counted tokens before
@@ -57,7 +61,8 @@ class EncodeConversations(beam.PTransform):
     builds its rows; drops are counted by reason in the batch's stats.
     """
 
-    def __init__(self, config: ChatConfig, tokenizer_files: TokenizerFiles, *, process_cpus: Optional[int] = None):
+    def __init__(self, config: ChatConfig | PerPart, tokenizer_files: TokenizerFiles, *,
+                 process_cpus: Optional[int] = None):
         super().__init__()
         self._fn = _EncodeConversationsFn(config, tokenizer_files, process_cpus)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from transforms.core.fim import FimConfig, fim_block
+from transforms.core.records import PerPart, for_group
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.core.timing import timed
 
@@ -12,7 +13,7 @@ __all__ = ["ApplyFim"]
 
 
 class _FimFn(beam.DoFn):
-    def __init__(self, config: FimConfig, tokenizer_files: TokenizerFiles, seed: int):
+    def __init__(self, config: FimConfig | PerPart, tokenizer_files: TokenizerFiles, seed: int):
         self._config = config
         self._files = tokenizer_files
         self._seed = seed
@@ -25,14 +26,14 @@ class _FimFn(beam.DoFn):
 
     def process(self, block):
         tok = self._tokenizer
-        yield timed("fim", fim_block)(block, self._config, tok.encode,
+        yield timed("fim", fim_block)(block, for_group(self._config, block.group), tok.encode,
                                       lambda ids: tok.decode(ids, skip_special_tokens=False), self._seed)
 
 
 class ApplyFim(beam.PTransform):
     """PCollection[RowBlock] (packed, mask not inverted) -> PCollection[RowBlock] of FIM rows."""
 
-    def __init__(self, config: FimConfig, *, tokenizer_files: TokenizerFiles, seed: int):
+    def __init__(self, config: FimConfig | PerPart, *, tokenizer_files: TokenizerFiles, seed: int):
         super().__init__()
         self._fn = _FimFn(config, tokenizer_files, seed)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from transforms.core.pack import PackConfig, pack_batch
+from transforms.core.records import PerPart, for_group
 from transforms.core.timing import timed
 
 __all__ = ["PackSequences"]
@@ -14,12 +15,15 @@ class PackSequences(beam.PTransform):
     """PCollection[TokenBatch] -> PCollection[RowBlock] of int32 [n, 3, msl] rows,
     or of WindowBlock with `windows_only` (rows built later, a batch at a time)."""
 
-    def __init__(self, config: PackConfig, *, seed: int, windows_only: bool = False):
+    def __init__(self, config: PackConfig | PerPart, *, seed: int, windows_only: bool = False):
         super().__init__()
         self._config = config
         self._seed = seed
         self._windows_only = windows_only
 
     def expand(self, batches):
-        return batches | "Pack" >> beam.Map(timed("pack", pack_batch), self._config, self._seed,
-                                            self._windows_only)
+        return batches | "Pack" >> beam.Map(timed("pack", _pack), self._config, self._seed, self._windows_only)
+
+
+def _pack(batch, config, seed: int, windows_only: bool):
+    return pack_batch(batch, for_group(config, batch.group), seed, windows_only)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
+from transforms.core.records import PerPart, for_group
 from transforms.core.summarization import SummarizationConfig, summarization_batch
 from transforms.core.timing import timed
 
@@ -13,9 +14,13 @@ __all__ = ["BuildSummarizationRows"]
 class BuildSummarizationRows(beam.PTransform):
     """PCollection[TokenBatch] -> PCollection[RowBlock]; too long / too short records are counted."""
 
-    def __init__(self, config: SummarizationConfig):
+    def __init__(self, config: SummarizationConfig | PerPart):
         super().__init__()
         self._config = config
 
     def expand(self, batches):
-        return batches | "SummarizationRows" >> beam.Map(timed("pack", summarization_batch), self._config)
+        return batches | "SummarizationRows" >> beam.Map(timed("pack", _rows), self._config)
+
+
+def _rows(batch, config):
+    return summarization_batch(batch, for_group(config, batch.group))

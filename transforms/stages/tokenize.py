@@ -117,7 +117,11 @@ class _TokenizeFn(beam.DoFn):
         for (k, texts), share in zip(slices, progress.shares(tokenizing, weights)):
             parts[k].append(self._pool.submit(self._encode, texts, share, len(texts) if k == 0 else 0))
         self._pending.append(_InFlight(batch.group, batch.stats, parts, window, timestamp))
-        while len(self._pending) > 1:
+        # The newest group is encoded while the older ones go on downstream. A split job's group arrives as
+        # one share per output: all of them stay in flight until the next group starts, or the large share
+        # would go downstream while only a small one is being encoded, and the two would no longer overlap.
+        newest = batch.group.sort_key
+        while len(self._pending) > 1 and self._pending[0].group.sort_key != newest:
             yield self._finish(self._pending.popleft())
 
     def finish_bundle(self):

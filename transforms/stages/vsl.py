@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
+from transforms.core.records import PerPart, for_group
 from transforms.core.timing import timed
 from transforms.core.vsl import VslConfig, vsl_lm_batch, vsl_summarization_batch
 
@@ -18,7 +19,7 @@ class PackDocumentsVsl(beam.PTransform):
     documents are counted by reason in the batch's stats.
     """
 
-    def __init__(self, config: VslConfig, *, seed: int, summarization: bool = False):
+    def __init__(self, config: VslConfig | PerPart, *, seed: int, summarization: bool = False):
         super().__init__()
         self._config = config
         self._seed = seed
@@ -26,5 +27,13 @@ class PackDocumentsVsl(beam.PTransform):
 
     def expand(self, batches):
         if self._summarization:
-            return batches | "PackPairs" >> beam.Map(timed("pack", vsl_summarization_batch), self._config)
-        return batches | "PackDocuments" >> beam.Map(timed("pack", vsl_lm_batch), self._config, self._seed)
+            return batches | "PackPairs" >> beam.Map(timed("pack", _pairs), self._config)
+        return batches | "PackDocuments" >> beam.Map(timed("pack", _documents), self._config, self._seed)
+
+
+def _pairs(batch, config):
+    return vsl_summarization_batch(batch, for_group(config, batch.group))
+
+
+def _documents(batch, config, seed: int):
+    return vsl_lm_batch(batch, for_group(config, batch.group), seed)
