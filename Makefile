@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_OUT ?= demo_output
 
-.PHONY: demo test install bench vsl-pack-bench scale-sim split-bench read-rates progress-eta mutation clean
+.PHONY: demo test test-torch install bench bench-read vsl-pack-bench scale-sim split-bench read-rates progress-eta mutation clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,16 @@ progress-eta: install
 	$(PY) benchmarks/progress_eta.py
 
 # Mutation testing of the core (not in CI: about 30 minutes on 2 cores for all of it). MUTATION_ARGS="--modules pack --show"
+# Random access by sample on one core: H5MapDataset[i] against the floor (inflating the chunks alone).
+bench-read: install
+	$(PY) benchmarks/read_rows.py $(BENCH_READ_ARGS)
+
+# A torch DataLoader over H5MapDataset with ResumableSampler and worker processes. Not in CI: the torch wheel
+# is several GB.
+test-torch: install
+	$(PY) -m pip install --quiet -e ".[torch]"
+	$(PY) -m pytest -q tests/test_torch_loader.py
+
 mutation: install
 	$(PY) -m pip install --quiet "mutmut>=3.8"
 	$(PY) scripts/mutation.py $(MUTATION_ARGS)

@@ -27,11 +27,15 @@ setup(
         "pyyaml>=6",
         "tqdm>=4.60",
         "jinja2>=3.1",  # chat templates (Chat, Chat_VSL, DPO), rendered as transformers renders them
+        "deflate>=0.7",  # libdeflate: the map-style reader inflates a row twice as fast as zlib (same bytes)
     ],
     extras_require={
         "gcp": [f"apache-beam[gcp]=={BEAM_VERSION}", "gcsfs>=2023.6"],
         # transformers: the oracle of the chat tests only (apply_chat_template; no torch needed).
-        "test": ["pytest>=7", "hypothesis>=6", "gcp-storage-emulator>=2024.8", "transformers>=4.45"],
+        # grain: the map-style reader's tests load through its DataLoader (transforms/io/map_dataset.py).
+        "test": ["pytest>=7", "hypothesis>=6", "gcp-storage-emulator>=2024.8", "transformers>=4.45", "grain>=0.2"],
+        # torch: `make test-torch` only (a DataLoader over H5MapDataset); its wheel is several GB, not in CI.
+        "torch": ["torch>=2.1"],
         "report": ["matplotlib>=3.7"],
     },
     entry_points={"console_scripts": ["create_hdf5_dataset=pipelines.create_hdf5_dataset:main"]},

@@ -51,12 +51,14 @@ MODULES = {
     "vsl": ("transforms/core/vsl.py", ["tests/test_vsl_rules.py", "tests/test_vsl_chunks.py"]),
     "vsl_chunks": ("transforms/io/vsl_chunks.py", ["tests/test_vsl_chunks.py"]),
     "splits": ("transforms/core/splits.py", ["tests/test_splits_rules.py", "tests/test_config.py"]),
+    "sampler": ("transforms/core/sampler.py", ["tests/test_sampler.py"]),
+    "hf": ("transforms/core/hf.py", ["tests/test_map_dataset.py"]),
     # The sink is reached only through whole pipelines: slow per mutant, so not in the default set.
     "hdf5_sink": ("transforms/io/hdf5_sink.py", ["tests/test_golden_lm.py", "tests/test_spill.py",
                                                  "tests/test_threads.py", "tests/test_shuffle_resume.py"]),
 }
 DEFAULT = ("pack", "summarization", "fim", "stats", "sharding", "seeds", "units", "records", "readers", "read_corpus",
-           "vsl", "vsl_chunks", "splits")
+           "vsl", "vsl_chunks", "splits", "sampler", "hf")
 CAUGHT = ("killed", "timeout", "segfault")
 MISSED = ("survived", "no tests")  # a mutant no test even runs is missed too
 _MODULE_OF = re.compile(r"^(.*)\.x[_ǁ]")

@@ -375,3 +375,25 @@ def test_packed_groups_kept_in_the_bucket_as_on_dataflow(gcs, tmp_path, shuffle)
     for name in shards:
         assert fs.cat(f"{bucket}/out/{name}") == (local_out / name).read_bytes(), name
     assert not [n for n in remote if n.startswith(".tmp/")]
+
+
+def test_map_dataset_reads_rows_by_index_from_gs(gcs, tmp_path):
+    """H5MapDataset on gs://: the index from the files' attributes, each row by a ranged read of its chunk."""
+    import numpy as np
+
+    from transforms.io.map_dataset import H5MapDataset
+
+    require_shared(LM)
+    require_shared(NEOX)
+    fs, bucket = gcs
+    out = tmp_path / "out"
+    run_job(["LMData_VSL", "--input_dir", str(LM), "--output_dir", str(out), "--tokenizer_type", "NeoXTokenizer",
+             "--encoder_file", str(NEOX), "--max_seq_length", "128", "--files_per_record", "200"])
+    for p in out.iterdir():
+        if p.is_file():
+            fs.put_file(str(p), f"{bucket}/ds/{p.name}")
+    local, remote = H5MapDataset(str(out)), H5MapDataset(f"gs://{bucket}/ds")
+    assert len(remote) == len(local) > 200 and remote.features == local.features and len(remote.files) >= 2
+    for i in np.random.default_rng(0).integers(0, len(local), size=40).tolist() + [len(local) - 1]:
+        assert all(np.array_equal(remote[i][k], v) for k, v in local[i].items()), i
+    remote.close()

@@ -38,3 +38,21 @@ def test_only_pipelines_know_flags_and_yaml(path):
     imports = _imports(path)
     assert not imports & {"argparse", "yaml", "pipelines"}
     assert "PipelineOptions" not in path.read_text()
+
+
+def test_the_training_readers_import_without_beam():
+    """Training code imports the map-style reader, the sampler and the conversion without Apache Beam."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'apache_beam' or name.startswith('apache_beam.'):\n"
+            "            raise ImportError('apache_beam is blocked')\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "from transforms.io.map_dataset import H5MapDataset, ResumableSampler, to_hf_causal_lm\n"
+            "from transforms.io.dataset import H5Dataset\n"
+            "assert not any(m.startswith('apache_beam') for m in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

@@ -12,8 +12,6 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from tests.helpers import MULTI_PROCESSING, ROOT, SHARED, make_tar, require_shared, run_job, zst
 from transforms.io import progress
@@ -27,17 +25,6 @@ class FakeTerminal(io.StringIO):
 
     def fileno(self):
         raise io.UnsupportedOperation("no file descriptor")
-
-
-@given(total=st.integers(0, 10**12), weights=st.lists(st.integers(0, 10**6), max_size=50))
-def test_shares_add_up_exactly_and_follow_the_weights(total, weights):
-    parts = progress.shares(total, weights)
-    assert len(parts) == len(weights)
-    if weights:
-        assert sum(parts) == total and min(parts) >= 0
-    if weights and sum(weights):
-        for part, w in zip(parts, weights):
-            assert abs(part - total * w / sum(weights)) <= 1
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -54,3 +55,16 @@ def test_the_spans_of_a_unit_and_of_its_groups():
     assert [unit.group_span(k) for k in range(4)] == [(0, 300), (300, 600), (600, 900), (900, 1000)]
     assert unit.span == (300, 1000)
     assert WorkUnit(unit.file, BYTES, 0, 1, 4, 300, 1000).span == (0, 300)
+
+
+def test_per_part_settings_resolve_for_the_group_at_hand():
+    from transforms.core.records import PerPart, for_group, for_part
+
+    group = GroupId(1, 0, "a.jsonl", "a.jsonl")
+    settings = PerPart(("train", "validation", "test"))
+    assert [for_group(settings, dataclasses.replace(group, part=k)) for k in range(3)] == ["train", "validation",
+                                                                                            "test"]
+    assert for_part(settings, 2) == "test" and settings.of(dataclasses.replace(group, part=1)) == "validation"
+    # A plain setting is every part's (and the only one of a job without splits).
+    assert for_group("all", group) == "all" and for_part(None, 0) is None and for_part(7, None) == 7
+    assert dataclasses.replace(group, part=2).name == "a.jsonl#0@2" and group.name == "a.jsonl#0"

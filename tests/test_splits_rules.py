@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from transforms.core.normalize import NormalizeConfig, normalize_batch
 from transforms.core.records import DocBatch, Document, GroupId
-from transforms.core.splits import (fraction_bound, make_split_plan, parse_context_splits, parse_data_splits,
-                                    parse_msl, route_batch, subset_of)
+from transforms.core.splits import (Output, fraction_bound, make_split_plan, parse_context_splits,
+                                    parse_data_splits, parse_msl, route_batch, subset_of)
 from transforms.core.stats import Stats, merge
 
 
@@ -50,6 +50,37 @@ def test_per_split_context_splits_are_read_and_normalized():
 def test_bad_data_splits_are_refused_naming_the_problem(value, message):
     with pytest.raises(ValueError, match=message):
         parse_data_splits(value)
+
+
+@pytest.mark.parametrize("parse, value, message", [
+    (parse_data_splits, "train=0.9,test=0.2", "data_splits: the fractions add up to 1.1, not 1"),
+    (parse_data_splits, "train=0.5,train=0.5", "data_splits: split 'train' is given twice"),
+    (parse_data_splits, "x", "data_splits: 'x' is not name=fraction"),
+    (parse_data_splits, {"a": {"fraction": 1}}, "data_splits.a: expected split_fraction (and optionally "
+                                                "context_splits)"),
+    (parse_data_splits, 3, "data_splits: expected train=0.98,validation=0.01,test=0.01 or a mapping"),
+    (parse_data_splits, {}, "data_splits: no splits"),
+    (parse_data_splits, "a=-1,b=2", "data_splits.a: '-1' must be a fraction >= 0"),
+    (parse_data_splits, "a=nan", "data_splits.a: 'nan' is not a fraction (a number, or a/b)"),
+    (parse_data_splits, {"a": float("inf")}, "data_splits.a: inf must be a fraction >= 0"),
+    (parse_data_splits, {"a": True}, "data_splits.a: True is not a fraction (a number, or a/b)"),
+    (parse_context_splits, "1K=0", "context_splits: the fractions add up to 0"),
+    (parse_context_splits, "1K=1,1024=1", "context_splits: a sequence length is given twice: [1024, 1024]"),
+    (parse_context_splits, {"MSL_List": [1024]}, "context_splits: MSL_List and split_fractions must be lists of "
+                                                 "the same length"),
+    (parse_context_splits, {"MSL": [1]}, "context_splits: unknown key(s) MSL (expected MSL_List and "
+                                         "split_fractions)"),
+    (parse_context_splits, 5, "context_splits: expected 2K=0.5,4K=0.5 or a mapping with MSL_List and "
+                              "split_fractions"),
+    (parse_context_splits, {"MSL_List": [], "split_fractions": []}, "context_splits: no sequence lengths"),
+    (parse_context_splits, "1K=x", "context_splits 1K: 'x' is not a fraction (a number, or a/b)"),
+    (parse_context_splits, "zz=1", "context_splits: 'zz' is not a sequence length (e.g. 2048 or 2K)"),
+    (parse_context_splits, "1=1", "context_splits: '1' is not a sequence length of at least 2 whole tokens"),
+])
+def test_messages_name_the_setting_and_the_problem(parse, value, message):
+    with pytest.raises(ValueError) as err:
+        parse(value)
+    assert str(err.value) == message
 
 
 def test_context_splits_take_k_suffixes_and_are_normalized():
@@ -107,6 +138,22 @@ def test_the_draw_depends_on_the_values_and_the_seed_only():
     docs = [(f"doc {i}",) for i in range(4000)]
     agree = sum(other.route(0, d) == same.route(0, d) for d in docs) / len(docs)
     assert abs(agree - 0.5) < fraction_bound(len(docs), 0.5)
+
+
+def test_the_draw_is_pinned():
+    """A stability vector: the same documents go to the same split in every version (a change of the hash,
+    its key or the thresholds moves documents between train and validation of a dataset already in use)."""
+    assert PLAN.draw(("a document",)) == 3414465527635353982
+    assert PLAN.draw(("",)) == 1611551738705390284
+    assert PLAN.draw(("ab", "c")) == 4663304784036923080
+    assert PLAN.draw(()) == 4178976939398046081
+    plan = make_split_plan(data_splits=parse_data_splits("a=0.5,b=0.25,c=0.25"), max_seq_length=64, seed=11)
+    assert plan._thresholds == ((1 << 63, 3 << 62),)
+    assert [plan.route(0, (f"doc {i}",)) for i in range(24)] == [
+        2, 2, 1, 0, 0, 0, 2, 2, 1, 2, 0, 2, 0, 2, 0, 1, 0, 0, 2, 0, 0, 0, 0, 1]
+    assert make_split_plan(max_seq_length=8).seed == 0 and PLAN.seed == 0
+    assert make_split_plan(max_seq_length=8).outputs == (Output(None, None, 8, 1.0, False),)
+    assert fraction_bound(10_000, 0.01) == fraction_bound(10_000, 0.01, 1e-6)
 
 
 def test_values_cannot_run_into_each_other():

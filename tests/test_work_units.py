@@ -17,7 +17,7 @@ from pipelines.config import load_config
 from pipelines.create_hdf5_dataset import run
 from tests.helpers import MULTI_PROCESSING, RUNNER, SHARED, ROOT, require_shared, zst
 from transforms.core.records import BYTES, ROWS, WHOLE, Document, InputFile
-from transforms.core.units import jsonl_units, line_bases, parquet_group_rows, parquet_units, whole_file
+from transforms.core.units import jsonl_units, line_bases, parquet_group_rows, parquet_units, shares, whole_file
 from transforms.io.read_corpus import plan_units
 from transforms.io.readers import read_records
 
@@ -243,3 +243,22 @@ def test_dead_letter_lines_of_a_split_jsonl_are_file_lines(big_inputs, tmp_path)
     expected = [(i + 1, line.decode()) for i, line in enumerate(lines) if line.startswith(b'{"text": broken')]
     assert len(expected) == 5 and got == expected
     assert os.path.getsize(big_inputs / "a.jsonl") > 2 << 20  # the bad lines are spread over three windows
+
+
+@given(total=st.integers(0, 10**12), weights=st.lists(st.integers(0, 10**6), max_size=50))
+def test_shares_add_up_exactly_and_follow_the_weights(total, weights):
+    parts = shares(total, weights)
+    assert len(parts) == len(weights)
+    if weights:
+        assert sum(parts) == total and min(parts) >= 0
+    if weights and sum(weights):
+        for part, w in zip(parts, weights):
+            assert abs(part - total * w / sum(weights)) <= 1
+    if weights and not sum(weights):  # nothing to go by: parts as equal as integers allow, the larger last
+        assert parts == sorted(parts) and max(parts) - min(parts) <= 1
+
+
+def test_shares_by_hand():
+    assert shares(10, [1, 1, 1]) == [3, 3, 4]
+    assert shares(5, [0, 0]) == [2, 3] and shares(7, []) == [] and shares(0, [1, 2]) == [0, 0]
+    assert shares(9, [0, 3, 0]) == [0, 9, 0] and shares(100, [1, 3]) == [25, 75] and shares(7, [-1, -1]) == [3, 4]

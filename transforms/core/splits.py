@@ -39,6 +39,7 @@ from typing import Mapping, Optional, Sequence
 from transforms.core.normalize import NormalizeConfig, normalized_document
 from transforms.core.records import DocBatch
 from transforms.core.stats import Stats
+from transforms.core.units import shares
 
 __all__ = ["Output", "SplitPlan", "make_split_plan", "parse_data_splits", "parse_context_splits", "parse_msl",
            "route_batch", "subset_of", "check_name", "fraction_bound", "RESERVED_NAMES"]
@@ -131,9 +132,10 @@ def parse_context_splits(value, what: str = "context_splits") -> tuple[tuple[int
     out = []
     for msl, fraction in pairs:
         try:
-            out.append((parse_msl(msl), _fraction(fraction, f"{what} {msl}")))
+            length = parse_msl(msl)
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
+        out.append((length, _fraction(fraction, f"{what} {msl}")))
     msls = [m for m, _ in out]
     if len(set(msls)) != len(msls):
         raise ValueError(f"{what}: a sequence length is given twice: {msls}")
@@ -327,7 +329,7 @@ def route_batch(batch: DocBatch, plan: SplitPlan, normalize: Optional[NormalizeC
     rest = Stats(Counter(batch.stats.totals), {s: Counter(c) for s, c in batch.stats.sources.items()})
     rest.sources.setdefault(source, Counter())  # every input file is listed, even one without any record
     parts = []
-    for k, share in zip(outputs, _apportion(batch.progress_bytes, [chars[k] for k in outputs])):
+    for k, share in zip(outputs, shares(batch.progress_bytes, [chars[k] for k in outputs])):
         stats = Stats()
         for name, value in sorted(counts[k].items()):
             stats.add(name, value, source)
@@ -342,20 +344,6 @@ def _subtract(stats: Stats, name: str, value: int, source: str) -> None:
         counter[name] -= value
         if not counter[name]:
             del counter[name]
-
-
-def _apportion(total: int, weights: list[int]) -> list[int]:
-    """`total` in integer parts proportional to `weights` (equal parts if all are 0), adding up exactly."""
-    whole = sum(weights)
-    if whole <= 0:
-        weights, whole = [1] * len(weights), len(weights)
-    out, done, acc = [], 0, 0
-    for w in weights:
-        acc += w
-        upto = total * acc // whole
-        out.append(upto - done)
-        done = upto
-    return out
 
 
 def fraction_bound(n: int, p: float, false_alarm: float = 1e-6) -> float:

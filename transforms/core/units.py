@@ -87,3 +87,22 @@ def line_bases(units: Iterable[tuple[int, int, int]]) -> dict[int, int]:
         expected, lines = end, lines + n
     return bases
 
+
+def shares(total: int, weights: list[int]) -> list[int]:
+    """`total` cut in integer parts proportional to `weights`, adding up to `total` exactly.
+
+    >>> shares(10, [1, 1, 1]), shares(5, [0, 0]), shares(7, [])
+    ([3, 3, 4], [2, 3], [])
+    """
+    if not weights:
+        return []
+    whole = sum(weights)
+    if whole <= 0:
+        weights, whole = [1] * len(weights), len(weights)
+    out, done, acc = [], 0, 0
+    for w in weights:
+        acc += w
+        upto = total * acc // whole
+        out.append(upto - done)
+        done = upto
+    return out

@@ -24,6 +24,8 @@ import time
 from collections import Counter
 from typing import Optional
 
+from transforms.core.units import shares  # noqa: F401 - the stages cut a group's share with it
+
 __all__ = ["start", "advance", "count", "expect", "settle", "finish", "process_start_time", "shares",
            "TOKENIZE_SHARE"]
 
@@ -54,26 +56,6 @@ def process_start_time() -> float:
 
 
 _IMPORTED = time.time()
-
-
-def shares(total: int, weights: list[int]) -> list[int]:
-    """`total` cut in integer parts proportional to `weights`, adding up to `total` exactly.
-
-    >>> shares(10, [1, 1, 1]), shares(5, [0, 0]), shares(7, [])
-    ([3, 3, 4], [2, 3], [])
-    """
-    if not weights:
-        return []
-    whole = sum(weights)
-    if whole <= 0:
-        weights, whole = [1] * len(weights), len(weights)
-    out, done, acc = [], 0, 0
-    for w in weights:
-        acc += w
-        upto = total * acc // whole
-        out.append(upto - done)
-        done = upto
-    return out
 
 
 def _bar_class():
