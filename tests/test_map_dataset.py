@@ -56,6 +56,7 @@ MODES = {
     "Summarization_VSL": lambda r: ["--input_dir", str(_pairs(r)), "--prompt_key", "prompt", "--completion_key",
                                     "completion"],
     "Chat": lambda r: ["--input_dir", str(_chats(r)), "--chat_template", "chatml"],
+    "Chat_VSL": lambda r: ["--input_dir", str(_chats(r)), "--chat_template", "chatml"],
     "DPO": lambda r: ["--input_dir", str(_pairs(r)), "--prompt_key", "prompt", "--chat_template", "chatml"],
 }
 
@@ -207,7 +208,8 @@ def _hf_pairs(hf: dict) -> set:
     return {(i, int(labels[i + 1])) for i in range(len(labels) - 1) if labels[i + 1] != IGNORE_INDEX}
 
 
-@pytest.mark.parametrize("mode", ["LMData", "Summarization", "FIM", "LMData_VSL", "Summarization_VSL", "Chat"])
+@pytest.mark.parametrize("mode", ["LMData", "Summarization", "FIM", "LMData_VSL", "Summarization_VSL", "Chat",
+                                  "Chat_VSL"])
 def test_every_row_trains_the_same_pairs_but_its_last(outputs, mode):
     out, params = outputs[mode]
     ds = H5MapDataset(str(out))
@@ -329,3 +331,14 @@ def test_collate_by_hand():
     assert batch["input_ids"].tolist() == [[1, 2], [3, 4]] and batch["labels"].tolist() == [[X, 2], [X, X]]
     with pytest.raises(ValueError, match="^an empty batch$"):
         collate_causal_lm([])
+
+
+def test_the_appended_position_is_attended_as_the_rows_last():
+    from transforms.core.hf import collate_causal_lm
+
+    # The last position is padding, the one before is real (a Summarization row's EOS input).
+    row = _row([11, 7, 21, 9, 0], [0, 1, 1, 0, 0], [7, 21, 9, 0, 0])
+    kept = to_hf_causal_lm(row, trailing_eos_input=True, keep_last_target=True)
+    assert kept["attention_mask"].tolist() == [1, 1, 1, 1, 0, 0] and kept["labels"].tolist() == [X, X, 21, 9, X, X]
+    one = collate_causal_lm([kept])
+    assert {k: v.tolist() for k, v in one.items()} == {k: [v.tolist()] for k, v in kept.items()}

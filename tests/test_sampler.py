@@ -367,3 +367,10 @@ def test_one_position_and_the_defaults():
     # The smallest domains are pinned too (a domain of at least 2 bits: both halves mix).
     assert [list(ResumableSampler(n)) for n in (2, 3, 4)] == [[1, 0], [1, 2, 0], [1, 2, 0, 3]]
     assert list(ResumableSampler(4, seed=5)) == [1, 0, 2, 3]
+
+
+def test_the_permutation_takes_every_size_up_to_2_63():
+    keys = epoch_keys(1, 2)
+    assert 0 <= int(permute([0], 2**63, keys)[0]) < 2**63
+    with pytest.raises(ValueError, match=r"^num_rows must be in \[1, 2\*\*63\], got 9223372036854775809$"):
+        permute([0], 2**63 + 1, keys)

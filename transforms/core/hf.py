@@ -61,7 +61,7 @@ def to_hf_causal_lm(row: Mapping[str, np.ndarray], *, inverted_mask: bool = Fals
         # The position after the row holds the last target as its input (what comes next in the text): the
         # model reads it only to predict beyond the row, which carries no loss.
         out["input_ids"] = np.append(input_ids, labels[-1])
-        attention[-1] = attention[-2] if msl else 0
+        attention[-1] = attention[-2]  # attended when the row's last position is
     if "position_ids" in row:
         positions = np.asarray(row["position_ids"], dtype=np.int64)
         out["position_ids"] = np.append(positions, positions[-1] + 1) if keep_last_target else positions

@@ -318,12 +318,3 @@ def open_dataset_tokenizer(out_dir: str, params: Optional[dict], **overrides: Op
     where = ", ".join(f"{k}={v}" for k, v in files.items() if v)
     return tok, f"{kind} from {where}"
 
-
-def __getattr__(name: str):
-    # The map-style reader (random access, the resumable sampler, Hugging Face's convention) lives beside this
-    # module and imports it; its names are reachable from here too.
-    if name in ("H5MapDataset", "ResumableSampler", "to_hf_causal_lm"):
-        from transforms.io import map_dataset
-
-        return getattr(map_dataset, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
