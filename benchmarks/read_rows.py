@@ -71,9 +71,8 @@ def main() -> int:
         # The floor: the same rows' compressed chunks, held in memory, only inflated.
         chunks = []
         for i in order.tolist():
-            k = int(np.searchsorted(ds._starts, i, side="right") - 1)
+            k, j = ds.locate(i)
             rows = ds._file(k)
-            j = i - ds._starts[k]
             chunks.append(os.pread(rows._fd, int(rows._sizes[j]), int(rows._offsets[j])))
         files = [h5py.File(p, "r")["data"] for p in ds.files]
         from transforms.io.map_dataset import inflate
@@ -96,8 +95,8 @@ def main() -> int:
             results["zlib.decompress"].append(args.rows / (time.perf_counter() - started))
             started = time.perf_counter()
             for i in order[: args.rows // 4].tolist():
-                k = int(np.searchsorted(ds._starts, i, side="right") - 1)
-                files[k][i - ds._starts[k]]
+                k, j = ds.locate(i)
+                files[k][j]
             results["h5py data[i]"].append(args.rows // 4 / (time.perf_counter() - started))
         print(f"{out}: {n} rows of {ds.row_shape} in {len(ds.files)} files; {args.rows} random reads, one core, "
               f"{args.repeat} rounds (median, min-max rows/s)")

@@ -18,6 +18,7 @@ from typing import Any, Optional
 import yaml
 
 from transforms.core.records import JsonKey
+from transforms.core.splits import check_name, parse_context_splits, parse_data_splits
 
 __all__ = ["Config", "ConfigError", "MODES", "VSL_MODES", "SUMMARIZATION_MODES", "CHAT_MODES", "CONVERSATION_MODES",
            "build_parser", "load_config", "SETTINGS"]
@@ -316,8 +317,6 @@ def _coerce(s: Setting, raw: Any, origin: str) -> Any:
                 raise ValueError("expected NFC, NFKC or None")
             return text
         if s.type in ("splits", "context"):
-            from transforms.core.splits import parse_context_splits, parse_data_splits
-
             if isinstance(raw, str) and raw.strip().startswith("{"):
                 raw = yaml.safe_load(raw)  # the YAML form, inline on the command line
             parse = parse_data_splits if s.type == "splits" else parse_context_splits
@@ -509,8 +508,6 @@ def _validate_splits(v: dict, sources: dict) -> None:
     if v.get("top_level_as_subsets") or v.get("subsets"):
         _require(not v.get("metadata_files"), "subsets are the top-level directories of input_dir: they cannot "
                  "be used with metadata_files")
-        from transforms.core.splits import check_name
-
         for name in v.get("subsets") or ():
             try:
                 check_name("subsets: subset", name)

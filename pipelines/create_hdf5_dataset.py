@@ -25,7 +25,8 @@ import fsspec
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines.config import (CHAT_MODES, DPO, FIM, LMDATA, SUMMARIZATION, SUMMARIZATION_MODES,
-                              SUMMARIZATION_VSL, TOOLS, VSL_MODES, Config, ConfigError, load_config)
+                              SUMMARIZATION_VSL, TOOLS, VSL_MODES, Config, ConfigError, job_max_seq_lengths,
+                              load_config)
 from transforms.core.chat.batch import ChatConfig, RecordCheck
 from transforms.core.chat.template import CHATML_TOKENS
 from transforms.core.features import DPO_FEATURES, LM_FEATURES, VSL_FEATURES
@@ -33,7 +34,7 @@ from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
 from transforms.core.records import InputFile, PerPart
-from transforms.core.splits import SplitPlan, make_split_plan, subset_of
+from transforms.core.splits import SplitPlan, check_name, make_split_plan, subset_of
 from transforms.core.summarization import SummarizationConfig
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.core.vsl import VslConfig
@@ -396,8 +397,6 @@ def _subsets(config: Config, relpaths: list[str]) -> tuple:
                             f"subset directory (e.g. {', '.join(outside[:3])}): move them into a subset, or list "
                             "the subsets to read with subsets")
         found = sorted({subset_of(rel) for rel in relpaths})
-        from transforms.core.splits import check_name
-
         try:
             return tuple(check_name("top_level_as_subsets: subset", name) for name in found)
         except ValueError as e:
@@ -417,8 +416,6 @@ _NO_LIMIT = 10 ** 18
 
 def _check_msl_limit(config: Config, files: TokenizerFiles) -> None:
     """A context split's length must fit the tokenizer's model_max_length, when its config gives one."""
-    from pipelines.config import job_max_seq_lengths
-
     limit = (files.tokenizer_config or {}).get("model_max_length")
     if not isinstance(limit, (int, float)) or limit >= _NO_LIMIT:
         return

@@ -28,6 +28,7 @@ import numpy as np
 from transforms.core import verify as V
 from transforms.core.features import (ATTENTION_MASK, ATTENTION_SPAN, INPUT_IDS, LABELS, POSITION_IDS,
                                       VSL_FEATURES)
+from transforms.core.stats import check_accounting
 from transforms.io import fs
 from transforms.io.dataset import (PARAMS_FILE, file_layout, iter_row_blocks, list_h5_files, open_dataset_params,
                                    open_dataset_tokenizer, open_h5)
@@ -203,8 +204,6 @@ def verify_dataset(out_dir: str, *, vocab_size: Optional[int] = None, max_seq_le
 
 def _verify_split_job(out_dir: str, summary: dict, **flags) -> VerifyResult:
     """A split job's directory: every output verified as the dataset it is, and the summary against them."""
-    from transforms.core.stats import check_accounting
-
     res = VerifyResult(out_dir, mode=summary.get("setup", {}).get("mode"))
     documents = 0
     for entry in summary["outputs"]:

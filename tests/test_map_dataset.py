@@ -342,3 +342,15 @@ def test_the_appended_position_is_attended_as_the_rows_last():
     assert kept["attention_mask"].tolist() == [1, 1, 1, 1, 0, 0] and kept["labels"].tolist() == [X, X, 21, 9, X, X]
     one = collate_causal_lm([kept])
     assert {k: v.tolist() for k, v in one.items()} == {k: [v.tolist()] for k, v in kept.items()}
+
+
+def test_a_reference_dataset_is_read_as_verify_reads_it():
+    """The reference writes LMData masks as not inverted whatever its data_params.json says (SPEC §1h-3): the
+    conversion trains where its mask is 1, as verify reads it."""
+    ds = H5MapDataset(str(require_shared(GOLDEN / "lm_nopack_neox_invmask_ignored" / "out")))
+    assert ds.params["dataset"]["inverted_mask"] is True
+    for i in range(0, len(ds), 5):
+        row = ds[i]
+        assert _hf_pairs(ds.to_hf(row)) | {(len(row["labels"]) - 1, int(row["labels"][-1]))} >= \
+            _cerebras_pairs(row, inverted=False)
+        assert _hf_pairs(ds.to_hf(row, keep_last_target=True)) == _cerebras_pairs(row, inverted=False)

@@ -37,6 +37,7 @@ import numpy as np
 
 from transforms.core.hf import to_hf_causal_lm
 from transforms.core.sampler import ResumableSampler
+from transforms.core.verify import dataset_spec
 from transforms.io import fs
 from transforms.io.dataset import feature_names, list_h5_files, open_dataset_params, open_h5
 
@@ -165,6 +166,7 @@ class H5MapDataset:
         if self.row_shape and len(self.features) != self.row_shape[0]:
             raise ValueError(f"{out_dir}: {len(self.features)} feature names for rows of {self.row_shape[0]} "
                              "features")
+        self._spec, _ = dataset_spec(self.params)  # what the rows mean (mode, mask polarity), as verify reads it
         self._pid: Optional[int] = None
         self._open: dict = {}
 
@@ -172,6 +174,12 @@ class H5MapDataset:
         return self._starts[-1]
 
     def __getitem__(self, index) -> dict:
+        k, j = self.locate(index)
+        row = self._file(k).row(j)
+        return {name: row[f] for f, name in enumerate(self.features)}
+
+    def locate(self, index) -> tuple[int, int]:
+        """(file number in `files`, row within that file) of row `index` (negative counts from the end)."""
         i = int(index)
         n = len(self)
         if i < 0:
@@ -179,16 +187,14 @@ class H5MapDataset:
         if not 0 <= i < n:
             raise IndexError(f"row {index} of a dataset of {n} rows")
         k = bisect.bisect_right(self._starts, i) - 1
-        row = self._file(k).row(i - self._starts[k])
-        return {name: row[f] for f, name in enumerate(self.features)}
+        return k, i - self._starts[k]
 
     def to_hf(self, row: dict, *, keep_last_target: bool = False) -> dict:
-        """A row of this dataset in Hugging Face's causal-LM convention (see `to_hf_causal_lm`)."""
-        dataset = (self.params or {}).get("dataset") or {}
-        mode = ((self.params or {}).get("setup") or {}).get("mode") or ""
-        return to_hf_causal_lm(row, inverted_mask=bool(dataset.get("inverted_mask", False)),
-                               trailing_eos_input=mode in ("Summarization", "FIM"),
-                               keep_last_target=keep_last_target)
+        """A row of this dataset in Hugging Face's causal-LM convention (see `to_hf_causal_lm`), read as `verify`
+        reads the dataset: the mask's polarity as written (the reference's LMData and FIM masks are never
+        inverted, whatever its data_params.json says), a trailing EOS input where the mode writes one."""
+        return to_hf_causal_lm(row, inverted_mask=self._spec.inverted_mask,
+                               trailing_eos_input=self._spec.trailing_eos_input, keep_last_target=keep_last_target)
 
     def _file(self, k: int) -> _FileRows:
         if self._pid != os.getpid():
