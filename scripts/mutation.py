@@ -54,6 +54,8 @@ MODULES = {
     "sampler": ("transforms/core/sampler.py", ["tests/test_sampler.py"]),
     "hf": ("transforms/core/hf.py", ["tests/test_map_dataset.py"]),
     "hdf5_format": ("transforms/io/hdf5_format.py", ["tests/test_hdf5_format.py"]),
+    "spill": ("transforms/io/spill.py", ["tests/test_spill_store.py", "tests/test_spill.py"]),
+    "intermediate": ("transforms/io/intermediate.py", ["tests/test_spill_store.py"]),
     # The sink is reached only through whole pipelines: slow per mutant, so not in the default set.
     "hdf5_sink": ("transforms/io/hdf5_sink.py", ["tests/test_golden_lm.py", "tests/test_spill.py",
                                                  "tests/test_threads.py", "tests/test_shuffle_resume.py"]),
