@@ -16,8 +16,8 @@ import pytest
 
 from tests.helpers import assert_dataloader_rules
 from transforms.io import hdf5_format
-from transforms.io.hdf5_format import (DATASET, GZIP_LEVEL, WRITE_BATCH_ROWS, compress_chunk, encode_batches, iter_shard,
-                                       shard_n_examples, write_chunks, write_shard)
+from transforms.io.hdf5_format import (DATASET, GZIP_LEVEL, WRITE_BATCH_ROWS, compress_chunk, encode_batches,
+                                       iter_shard, shard_n_examples, write_chunks, write_shard)
 from transforms.io.vsl_chunks import compress_vsl_row
 
 I32 = np.iinfo(np.int32)
@@ -151,7 +151,8 @@ def test_a_shard_is_what_the_dataloader_reads(tmp_path):
         assert f.attrs["n_examples"] == 7 and f.attrs["n_examples"].dtype == np.int64
         assert list(f.attrs) == ["n_examples"]
         info = h5py.h5o.get_info(d.id)
-        assert (info.atime, info.mtime, info.ctime, info.btime) == (0, 0, 0, 0)  # no timestamps: equal rows, equal bytes
+        # no timestamps: equal rows, equal bytes
+        assert (info.atime, info.mtime, info.ctime, info.btime) == (0, 0, 0, 0)
     # every chunk is exactly zlib at the level asked over the row (what h5py's gzip filter writes)
     assert _stored_chunks(path) == [zlib.compress(_raw(r), 7) for r in rows]
     with open(path, "rb") as f:
