@@ -12,6 +12,9 @@ One idea per module:
 - `exact`: why tiktoken's BPE gives `tokenizers`' ids, and the check of it.
 - `cutting`: documents to ids: the reference's split_text rule, EOS, and
   long texts cut at safe spaces at bounded cost.
+
+Imports among them run one way, load -> tokenizer -> cutting -> backends ->
+exact: nothing imports a module above it, not even for type hints.
 """
 
 from transforms.core.tokenizer.backends import BACKENDS

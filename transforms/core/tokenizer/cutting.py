@@ -5,21 +5,22 @@ document, ids then EOS. A text of at most UNCUT_CHARS characters is encoded
 whole; a longer one is cut at safe spaces into pieces (`piece_spans`) whose
 ids, checked per tokenizer on probe texts (`_find_cut_plan`), concatenate to
 the whole text's.
+
+The tokenizer it works for is any object with the attributes `TokenizerLike`
+lists (`tokenizer.Tokenizer` is one); this module does not import it, since
+the Tokenizer encodes through this one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Optional, Protocol, Sequence
 
 import numpy as np
 import tokenizers
 
 from transforms.core.tokenizer.backends import affixes
-
-if TYPE_CHECKING:
-    from transforms.core.tokenizer.tokenizer import Tokenizer
 
 __all__ = ["split_text", "piece_spans", "encode_bounded", "tokenize_documents", "UNCUT_CHARS", "PIECE_CHARS"]
 
@@ -176,7 +177,22 @@ def _safe_cut_pattern(backend: tokenizers.Tokenizer) -> "re.Pattern[str]":
     return re.compile(rf"(?<=\S){after} (?!{before})")
 
 
-def encode_bounded(tok: "Tokenizer", texts: Sequence[str], *, uncut: Optional[int] = None,
+class TokenizerLike(Protocol):
+    """What `encode_bounded` and `tokenize_documents` use of a tokenizer (`tokenizer.Tokenizer`)."""
+
+    eos_id: int
+    bos_id: Optional[int]
+    adds_bos: bool
+
+    @property
+    def encoder(self):
+        """The encoder backend: `encode_batch(texts, *, add_special_tokens=True, eos=None)`."""
+
+    def _cut_plan(self) -> "_CutPlan":
+        """`_find_cut_plan` of its backend and encoder, computed once."""
+
+
+def encode_bounded(tok: TokenizerLike, texts: Sequence[str], *, uncut: Optional[int] = None,
                    piece: Optional[int] = None) -> list[np.ndarray]:
     """Token ids of each text (with the tokenizer's BOS/affixes, without EOS), at bounded cost.
 
@@ -213,7 +229,7 @@ def encode_bounded(tok: "Tokenizer", texts: Sequence[str], *, uncut: Optional[in
 
 
 def tokenize_documents(
-    tok: "Tokenizer",
+    tok: TokenizerLike,
     texts: list[str],
     *,
     split_len: Optional[int] = None,

@@ -183,6 +183,12 @@ def _apply_overrides(eos: Optional[int], pad: Optional[int], files: TokenizerFil
     return eos, pad  # type: ignore[return-value]
 
 
+def _rebuild(files: TokenizerFiles, no_bos: bool) -> Tokenizer:
+    """How a pickled Tokenizer comes back (`Tokenizer.__reduce__`): built again from its files."""
+    tok = build_tokenizer(files)
+    return tok.without_bos() if no_bos else tok
+
+
 def _finish(
     files: TokenizerFiles,
     backend: tokenizers.Tokenizer,
@@ -213,6 +219,7 @@ def _finish(
         adds_bos=adds_bos,
         clean_up_spaces=clean_up,
         files=files,
+        rebuild=_rebuild,
         encoder_mode=files.backend,
     )
 

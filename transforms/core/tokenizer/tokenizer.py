@@ -3,13 +3,17 @@
 Encoding goes through an encoder backend (`backends`: `tokenizers` itself, or
 tiktoken where it gives the same ids); decoding, look-ups and provenance
 always use the `tokenizers.Tokenizer`.
+
+Imports in this package run one way, load -> tokenizer -> cutting: `load`
+builds a Tokenizer and hands it the function that rebuilds one after pickling
+(`rebuild`), so this module never imports `load`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Protocol, Sequence
 
 import numpy as np
 import tokenizers
@@ -17,10 +21,13 @@ import tokenizers
 from transforms.core.tokenizer.backends import affixes, select_encoder
 from transforms.core.tokenizer.cutting import _CutPlan, _find_cut_plan, encode_bounded
 
-if TYPE_CHECKING:
-    from transforms.core.tokenizer.load import TokenizerFiles
-
 __all__ = ["Tokenizer"]
+
+
+class _Recipe(Protocol):
+    """What a Tokenizer was built from (`load.TokenizerFiles`): picklable, and named for messages."""
+
+    name: str
 
 
 class Tokenizer:
@@ -42,10 +49,13 @@ class Tokenizer:
         sep_id: Optional[int],
         adds_bos: bool,
         clean_up_spaces: bool,
-        files: Optional["TokenizerFiles"] = None,
+        files: Optional[_Recipe] = None,
+        rebuild: Optional[Callable[[_Recipe, bool], "Tokenizer"]] = None,
         no_bos: bool = False,
         encoder_mode: str = "auto",
     ) -> None:
+        """`files` and `rebuild` come together from `load`: pickling ships `files` and
+        unpickling calls `rebuild(files, no_bos)`, a module-level function of `load`."""
         self.kind = kind
         self.eos_id = eos_id
         self.pad_id = pad_id
@@ -56,6 +66,7 @@ class Tokenizer:
         self._backend = backend
         self._clean_up_spaces = clean_up_spaces
         self._files = files
+        self._rebuild = rebuild
         self._no_bos = no_bos
         self.vocab_size = _vocab_size(backend)
         self._encoder_mode = encoder_mode
@@ -72,9 +83,9 @@ class Tokenizer:
 
     def __reduce__(self):
         # Rebuilding from the file contents is cheaper to ship than the backend.
-        if self._files is None:
+        if self._files is None or self._rebuild is None:
             raise TypeError("this Tokenizer was not built by build_tokenizer and cannot be pickled")
-        return (_rebuild, (self._files, self._no_bos))
+        return (self._rebuild, (self._files, self._no_bos))
 
     @property
     def backend(self) -> tokenizers.Tokenizer:
@@ -143,6 +154,7 @@ class Tokenizer:
             adds_bos=False,
             clean_up_spaces=self._clean_up_spaces,
             files=self._files,
+            rebuild=self._rebuild,
             no_bos=True,
             encoder_mode=self._encoder_mode,
         )
@@ -165,13 +177,6 @@ class Tokenizer:
             h.update(self._backend.to_str().encode())
             self._fingerprint = h.hexdigest()
         return self._fingerprint
-
-
-def _rebuild(files: "TokenizerFiles", no_bos: bool) -> Tokenizer:
-    from transforms.core.tokenizer.load import build_tokenizer
-
-    tok = build_tokenizer(files)
-    return tok.without_bos() if no_bos else tok
 
 
 def _as_id_list(ids: Iterable[int]) -> list[int]:
