@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_OUT ?= demo_output
 
-.PHONY: demo test test-torch install bench bench-read vsl-pack-bench scale-sim split-bench read-rates progress-eta mutation clean
+.PHONY: demo test test-torch install bench bench-compress bench-read vsl-pack-bench scale-sim split-bench read-rates progress-eta mutation clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ progress-eta: install
 	$(PY) benchmarks/progress_eta.py
 
 # Mutation testing of the core (not in CI: about 30 minutes on 2 cores for all of it). MUTATION_ARGS="--modules pack --show"
+# Each --compressor on real rows, one thread: speed and size against zlib level 4.
+bench-compress: install
+	$(PY) benchmarks/compressors.py $(BENCH_COMPRESS_ARGS)
+
 # Random access by sample on one core: H5MapDataset[i] against the floor (inflating the chunks alone).
 bench-read: install
 	$(PY) benchmarks/read_rows.py $(BENCH_READ_ARGS)

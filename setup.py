@@ -27,16 +27,24 @@ setup(
         "pyyaml>=6",
         "tqdm>=4.60",
         "jinja2>=3.1",  # chat templates (Chat, Chat_VSL, DPO), rendered as transformers renders them
-        "deflate>=0.7",  # libdeflate: the map-style reader inflates a row twice as fast as zlib (same bytes)
+        # libdeflate: the default chunk compressor (2.4x zlib, same size) and the map-style reader's inflate.
+        "deflate>=0.7",
+        # The fastest exact encoder where its checks pass (transforms/core/tokenizer/fast.py); 0.3.5 is the
+        # first release measured exact here, and the code refuses older ones.
+        "fastokens>=0.3.5",
+        "isal>=1.6",  # --compressor isal (ISA-L: 6x zlib, files ~3% larger)
+        "orjson>=3.9",  # JSON lines whose text is a string (transforms/io/readers.py says when it is used)
     ],
     extras_require={
         "gcp": [f"apache-beam[gcp]=={BEAM_VERSION}", "gcsfs>=2023.6"],
         # transformers: the oracle of the chat tests only (apply_chat_template; no torch needed).
         # grain: the map-style reader's tests load through its DataLoader (transforms/io/map_dataset.py).
-        "test": ["pytest>=7", "hypothesis>=6", "gcp-storage-emulator>=2024.8", "transformers>=4.45", "grain>=0.2"],
+        "test": ["pytest>=7", "hypothesis>=6", "gcp-storage-emulator>=2024.8", "transformers>=4.45", "grain>=0.2",
+                 "zlib-ng>=0.5"],
         # torch: `make test-torch` only (a DataLoader over H5MapDataset); its wheel is several GB, not in CI.
         "torch": ["torch>=2.1"],
         "report": ["matplotlib>=3.7"],
+        "zlibng": ["zlib-ng>=0.5"],  # --compressor zlib-ng
     },
     entry_points={"console_scripts": ["create_hdf5_dataset=pipelines.create_hdf5_dataset:main"]},
 )

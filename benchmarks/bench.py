@@ -1,10 +1,10 @@
 """End-to-end benchmark against the physical limits: `make bench`.
 
-Two limits, each the raw throughput of one encoder backend on the same texts,
+Three limits, each the raw throughput of one encoder backend on the same texts,
 in this process, on all cores, in batches of 1,024 documents: `tokenizers`
-(encode_batch_fast) and tiktoken (the backend the job uses where it is exact,
-`transforms.core.tokenizer.backends.TiktokenEncoder.encode_batch`); their
-token counts must agree. Each configuration then runs the real command
+(encode_batch_fast), tiktoken (`backends.TiktokenEncoder.encode_batch`) and
+fastokens (`fast.FastokensEncoder.encode_batch` with the job's default
+cross-check); their token counts must agree. Each configuration then runs the real command
 in a child process with the command's default runner options, timed from
 the child's start (interpreter and imports included) to its exit, after
 data_params.json is written, with the peak RSS of its whole process tree.
@@ -14,8 +14,15 @@ then every configuration; the table shows medians, and each ratio is the
 median of the per-round ratios (a configuration against its own round's
 limits): "of limit" against `tokenizers`, "of fast" against tiktoken.
 
+`--large-gb 1` runs on about 1 GB of text instead, made at run time from the
+bench corpora (both, whole, again and again, each copy's documents in another
+seeded order, so no file holds a document twice in a row): start-up is then
+a small part of the run and the steady rate shows. The limits are measured on
+the first tenth of it and scaled (they are rates; the whole would take minutes
+per round on `tokenizers`).
+
     python benchmarks/bench.py [--corpus PATH.jsonl.zst|.jsonl] [--limit-bytes N] [--msl 2048]
-                               [--configs ftfy_off,ftfy_on,shuffle,vsl,splits] [--repeat 3]
+                               [--configs ftfy_off,ftfy_on,shuffle,vsl,splits] [--repeat 3] [--large-gb 1]
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpora" / "bench" / "en_natural.jsonl.zst"
 GPT2 = ROOT / "data" / "tokenizers" / "gpt2"
+NEOX = ROOT.parent / "shared" / "tokenizers" / "gpt-neox-20b" / "20B_tokenizer.json"
 CONFIGS = {
     "ftfy_off": [],
     "ftfy_on": ["--use_ftfy", "True"],
@@ -48,6 +56,10 @@ CONFIGS = {
     "lm_qwen": ["LMData"],
     # ftfy_off's job cut three ways by content (one read, one tokenization): three datasets and a summary.
     "splits": ["--data_splits", "train=0.98,validation=0.01,test=0.01"],
+    "tiktoken_backend": ["--tokenizer_backend", "tiktoken"],  # ftfy_off encoded by tiktoken, for A/B
+    "zlib": ["--compressor", "zlib"],  # ftfy_off with the reference's compressor, for A/B
+    "isal": ["--compressor", "isal"],
+    "neox": [],  # ftfy_off with GPT-NeoX-20B's tokenizer (through fastokens too)
 }
 MODES = ("LMData", "LMData_VSL", "Chat")  # a configuration may start with the mode it runs (default LMData)
 QWEN = ROOT.parent / "shared" / "tokenizers" / "qwen2.5-instruct"
@@ -84,29 +96,76 @@ def prepare(corpus: Path, limit_bytes: int, work: Path) -> Path:
     return out_dir
 
 
-def measure_limits(input_dir: Path) -> tuple[dict, dict]:
-    """The raw speed of `tokenizers` and of the tiktoken backend on the texts, in the same way."""
-    from transforms.core.tokenizer import build_tokenizer
+def _gpt2_files():
     from transforms.io.tokenizer_files import read_tokenizer_files
 
-    texts = [json.loads(line)["text"] for p in sorted(input_dir.glob("*.jsonl")) for line in open(p)]
-    files = read_tokenizer_files("GPT2Tokenizer", vocab_file=str(GPT2 / "vocab.bpe"),
-                                 encoder_file=str(GPT2 / "encoder.json"), backend="tiktoken")
-    tok = build_tokenizer(files)
+    return read_tokenizer_files("GPT2Tokenizer", vocab_file=str(GPT2 / "vocab.bpe"),
+                                encoder_file=str(GPT2 / "encoder.json"))
+
+
+def NEOX_FILES():
+    from transforms.io.tokenizer_files import read_tokenizer_files
+
+    return read_tokenizer_files("NeoXTokenizer", encoder_file=str(NEOX))
+
+
+def measure_limits(input_dir: Path, share: float = 1.0, tokenizer=_gpt2_files) -> dict:
+    """The raw speed of each encoder backend on the texts (the first `share` of them, scaled), in the same way."""
+    import dataclasses
+
+    from transforms.core.tokenizer import build_tokenizer
+
+    texts = []
+    for p in sorted(input_dir.glob("*.jsonl")):
+        texts.extend(json.loads(line)["text"] for line in open(p))
+    texts = texts[:max(1, int(len(texts) * share))]
+    files = tokenizer()
+    toks = {name: build_tokenizer(dataclasses.replace(files, backend=name))
+            for name in ("tokenizers", "tiktoken", "fastokens")}
     nbytes = sum(len(t.encode("utf-8")) for t in texts)
-    encoders = {"tokenizers": lambda batch: [len(e.ids) for e in tok.backend.encode_batch_fast(batch)],
-                "tiktoken": lambda batch: [len(ids) for ids in tok.encoder.encode_batch(batch)]}
+    encoders = {"tokenizers": lambda batch: [len(e.ids) for e in toks["tokenizers"].backend.encode_batch_fast(batch)],
+                "tiktoken": lambda batch: [len(ids) for ids in toks["tiktoken"].encoder.encode_batch(batch)],
+                "fastokens": lambda batch: [len(ids) for ids in toks["fastokens"].encoder.encode_batch(batch)]}
     out = {}
     for name, encode in encoders.items():
         start = time.perf_counter()
         tokens = 0
         for i in range(0, len(texts), 1024):  # batches, as any real user of encode_batch would
             tokens += sum(encode(texts[i:i + 1024]))
-        out[name] = {"bytes": nbytes, "tokens": tokens, "seconds": time.perf_counter() - start}
-    if out["tokenizers"]["tokens"] != out["tiktoken"]["tokens"]:
-        raise SystemExit(f"the backends disagree: {out['tokenizers']['tokens']} tokens from tokenizers, "
-                         f"{out['tiktoken']['tokens']} from tiktoken")
-    return out["tokenizers"], out["tiktoken"]
+        seconds = time.perf_counter() - start
+        out[name] = {"bytes": nbytes / share, "tokens": tokens / share, "seconds": seconds / share}
+    counts = {name: int(x["tokens"] * share) for name, x in out.items()}
+    if len(set(counts.values())) != 1:
+        raise SystemExit(f"the backends disagree on the token count: {counts}")
+    return out
+
+
+def prepare_large(corpora: list[Path], gigabytes: float, work: Path) -> Path:
+    """About `gigabytes` GB of JSON lines from the bench corpora, whole copies in seeded orders, in 8 files."""
+    import io
+    import random
+
+    import zstandard
+
+    lines = []
+    for corpus in corpora:
+        with zstandard.ZstdDecompressor().stream_reader(open(corpus, "rb")) as raw:
+            lines.extend(io.BufferedReader(raw, 1 << 20))
+    size = sum(map(len, lines))
+    out_dir = work / "input"
+    out_dir.mkdir(parents=True)
+    copies = max(1, round(gigabytes * 1e9 / size))
+    files = [open(out_dir / f"part{i}.jsonl", "wb") for i in range(8)]
+    try:
+        for copy in range(copies):
+            order = list(range(len(lines)))
+            random.Random(copy).shuffle(order)
+            for k, i in enumerate(order):
+                files[k % 8].write(lines[i])
+    finally:
+        for f in files:
+            f.close()
+    return out_dir
 
 
 MEASURE = r"""
@@ -150,6 +209,8 @@ def run_config(name: str, input_dir: Path, work: Path, msl: int) -> dict:
     mode, extra = (extra[0], extra[1:]) if extra and extra[0] in MODES else ("LMData", extra)
     tokenizer = ["--tokenizer_type", "GPT2Tokenizer", "--vocab_file", str(GPT2 / "vocab.bpe"),
                  "--encoder_file", str(GPT2 / "encoder.json")]
+    if name == "neox":
+        tokenizer = ["--tokenizer_type", "NeoXTokenizer", "--encoder_file", str(NEOX)]
     if name in CHAT_CONFIGS:
         input_dir = work / CHAT_CONFIGS[name]
         tokenizer = ["--tokenizer_type", "HuggingFaceTokenizer", "--huggingface_tokenizer", str(QWEN)]
@@ -172,8 +233,10 @@ def main() -> int:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--limit-bytes", type=int, default=0, help="use only the first N bytes of lines (0: all)")
     parser.add_argument("--msl", type=int, default=2048)
-    parser.add_argument("--configs", default="ftfy_off,ftfy_on,shuffle,vsl,splits")
+    parser.add_argument("--configs", default="ftfy_off,ftfy_on,shuffle,vsl,splits,neox")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of limit + configurations (medians shown)")
+    parser.add_argument("--large-gb", type=float, default=0,
+                        help="run on about this many GB made from the bench corpora instead of --corpus")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
     if not args.corpus.exists():
@@ -181,45 +244,56 @@ def main() -> int:
         return 2
     work = Path(tempfile.mkdtemp(prefix="bench_"))
     try:
-        input_dir = prepare(args.corpus, args.limit_bytes, work)
+        if args.large_gb:
+            input_dir = prepare_large(sorted(DEFAULT_CORPUS.parent.glob("*.jsonl.zst")), args.large_gb, work)
+            share, corpus_name = 0.1, f"{args.large_gb:g} GB from the bench corpora"
+        else:
+            input_dir = prepare(args.corpus, args.limit_bytes, work)
+            share, corpus_name = 1.0, args.corpus.name
         names = args.configs.split(",")
         if any(name in CHAT_CONFIGS for name in names):
             prepare_chat(input_dir, work)
-        limits, fast_limits, runs = [], [], {name: [] for name in names}
+        limits, neox_limits, runs = [], [], {name: [] for name in names}
         for _ in range(max(1, args.repeat)):
-            slow, fast = measure_limits(input_dir)
-            limits.append(slow)
-            fast_limits.append(fast)
+            limits.append(measure_limits(input_dir, share))
+            if "neox" in names:  # NeoX's own tokenizers limit, on a tenth of the texts (a rate)
+                neox_limits.append(measure_limits(input_dir, share / 10, tokenizer=NEOX_FILES)["tokenizers"])
             for name in names:
                 runs[name].append(run_config(name, input_dir, work, args.msl))
-        limit = limits[-1]
+        limit = limits[-1]["tokenizers"]
         mb = limit["bytes"] / 1e6
-        limit_s = [x["seconds"] for x in limits]
-        fast_s = [x["seconds"] for x in fast_limits]
-        print(f"\ncorpus {args.corpus.name}: {mb:.1f} MB of text, msl {args.msl}, {os.cpu_count()} cores, "
+        limit_s = {k: [x[k]["seconds"] for x in limits] for k in limits[-1]}
+        print(f"\ncorpus {corpus_name}: {mb:.1f} MB of text, msl {args.msl}, {os.cpu_count()} cores, "
               f"{len(limits)} rounds (medians; seconds min-max)\n")
-        print(f"{'run':<24}{'seconds':>9}{'min-max':>13}{'MB/s':>8}{'Mtok/s':>8}{'of limit':>10}{'of fast':>9}"
+        print(f"{'run':<24}{'seconds':>9}{'min-max':>13}{'MB/s':>8}{'Mtok/s':>8}{'of limit':>10}{'of tiktoken':>12}"
               f"{'per round':>16}{'peak RSS MB':>13}  stages (s, last round)")
 
-        def line(name, seconds, tokens, rss, stages):
+        def line(name, seconds, tokens, rss, stages, slow=None):
+            slow = slow or limit_s["tokenizers"]
             spread = f"{min(seconds):.1f}-{max(seconds):.1f}"
             med = statistics.median(seconds)
-            ratios = [lim / s for lim, s in zip(limit_s, seconds)]
-            of_fast = [lim / s for lim, s in zip(fast_s, seconds)]
+            ratios = [lim / s for lim, s in zip(slow, seconds)]
+            of_fast = [lim / s for lim, s in zip(limit_s["tiktoken"], seconds)]
             per_round = " ".join(f"{r:.0%}" for r in ratios)
             stage_text = " ".join(f"{k} {v:.1f}" for k, v in stages.items())
             rss_text = f"{rss:.0f}" if rss is not None else "-"
             print(f"{name:<24}{med:>9.1f}{spread:>13}{mb / med:>8.2f}{tokens / med / 1e6:>8.2f}"
-                  f"{statistics.median(ratios):>10.0%}{statistics.median(of_fast):>9.0%}{per_round:>16}"
+                  f"{statistics.median(ratios):>10.0%}{statistics.median(of_fast):>12.0%}{per_round:>16}"
                   f"{rss_text:>13}  {stage_text}")
 
-        line("limit: tokenizers", limit_s, limit["tokens"], None, {})
-        line("limit: tiktoken (fast)", fast_s, limit["tokens"], None, {})
+        for backend in ("tokenizers", "tiktoken", "fastokens"):
+            line(f"limit: {backend}", limit_s[backend], limit["tokens"], None, {})
+        if neox_limits:
+            line("limit: tokenizers (NeoX)", [x["seconds"] for x in neox_limits], neox_limits[-1]["tokens"], None, {},
+                 slow=[x["seconds"] for x in neox_limits])
         for name in names:
             seconds = [r["seconds"] for r in runs[name]]
             last = runs[name][-1]
             line(name, seconds, _post(last["params"])["loss_valid_tokens"],
-                 max(r["peak_rss_mb"] for r in runs[name]), last["params"].get("run", {}).get("stage_seconds", {}))
+                 max(r["peak_rss_mb"] for r in runs[name]), last["params"].get("run", {}).get("stage_seconds", {}),
+                 slow=[x["seconds"] for x in neox_limits] if name == "neox" else None)
+        if "neox" in names:
+            print("\nneox: \"of limit\" is against NeoX's own tokenizers limit; \"of tiktoken\" against GPT-2's.")
         for name, baseline in BASELINES.items():
             # A mode against LMData on the same texts in the same round: the throughput it keeps.
             if name not in runs or baseline not in runs:

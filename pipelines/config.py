@@ -32,7 +32,8 @@ SUMMARIZATION_MODES = (SUMMARIZATION, SUMMARIZATION_VSL)  # one prompt/completio
 CONVERSATION_MODES = (CHAT, CHAT_VSL)  # one conversation (a list of messages) per record
 CHAT_MODES = CONVERSATION_MODES + (DPO,)  # rendered with a chat template
 TOKENIZER_TYPES = ("GPT2Tokenizer", "NeoXTokenizer", "HuggingFaceTokenizer")
-TOKENIZER_BACKENDS = ("auto", "tokenizers", "tiktoken")  # transforms.core.tokenizer.BACKENDS
+TOKENIZER_BACKENDS = ("auto", "fastokens", "tiktoken", "tokenizers")  # transforms.core.tokenizer.BACKENDS
+COMPRESSORS = ("libdeflate", "zlib", "isal", "zlib-ng")  # transforms.io.compressors.COMPRESSORS
 PROCESSOR_NAMES = {
     LMDATA: "LMDataPreprocessor",
     SUMMARIZATION: "SummarizationPreprocessor",
@@ -93,8 +94,11 @@ SETTINGS: tuple[Setting, ...] = (
     _s("eos_id", "processing", "int", None, "override the EOS id (also sets pad)"),
     _s("pad_id", "processing", "int", None, "override the pad id"),
     _s("tokenizer_backend", "processing", "str", "auto",
-       "who encodes: auto (tiktoken where it gives exactly the ids of tokenizers, else tokenizers), tokenizers, "
-       "or tiktoken (an error where it is not exact); the output is the same"),
+       "who encodes: auto (the fastest that gives exactly the ids of tokenizers: fastokens, else tiktoken, else "
+       "tokenizers), fastokens, tiktoken (an error where it is not exact) or tokenizers; the output is the same"),
+    _s("tokenizer_cross_check", "processing", "float", 1 / 64,
+       "share of the texts fastokens encodes that are encoded again by the exact backend and compared "
+       "(drawn by a hash of each text and --seed; a difference switches the worker to the exact backend)"),
     _s("max_seq_length", "processing", "int", 2048, "tokens per row"),
     _s("short_seq_prob", "processing", "float", 0.0, "probability of truncating a row to a random length"),
     _s("output_name", "processing", "str", "examples", "prefix of the .h5 file names"),
@@ -123,6 +127,10 @@ SETTINGS: tuple[Setting, ...] = (
     _s("overwrite_output", "processing", "bool", False, "allow a non-empty output_dir (its .h5 files are replaced)"),
     _s("gzip_level", "processing", "int", 4,
        "gzip level of the HDF5 chunks, 0-9 (4: the reference's; 1 writes faster, files ~13%% larger)"),
+    _s("compressor", "processing", "str", "libdeflate",
+       "who deflates the chunks, all readable by any HDF5 gzip filter: libdeflate (2.4x zlib, same size, the "
+       "same bytes on any CPU), zlib (the reference's bytes), isal (6x zlib, files ~3%% larger; bytes may "
+       "differ between CPU generations) or zlib-ng"),
     _s("max_record_mb", "processing", "int", 256,
        "a record (JSON line or .txt file) larger than this is dead-lettered as too_long, never loaded"),
     _s("max_bad_record_fraction", "processing", "float", None,
@@ -451,8 +459,12 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
     _require(v["packing_group_mb"] >= 1, "packing_group_mb: must be >= 1")
     _require(v["max_record_mb"] >= 1, "max_record_mb: must be >= 1")
     _require(0 <= v["gzip_level"] <= 9, "gzip_level: must be 0-9")
+    _require(v["compressor"] in COMPRESSORS,
+             f"compressor: {v['compressor']!r} is not one of {', '.join(COMPRESSORS)}")
     _require(v["tokenizer_backend"] in TOKENIZER_BACKENDS,
              f"tokenizer_backend: {v['tokenizer_backend']!r} is not one of {', '.join(TOKENIZER_BACKENDS)}")
+    _require(0 <= v["tokenizer_cross_check"] <= 1,
+             f"tokenizer_cross_check: {v['tokenizer_cross_check']!r} is not a share between 0 and 1")
     _require(v["shuffle_strategy"] in ("auto", "disk", "runner"),
              f"shuffle_strategy: {v['shuffle_strategy']!r} is not one of auto, disk, runner")
     _require(v["processes"] is None or v["processes"] >= 0, "processes: must be >= 0")

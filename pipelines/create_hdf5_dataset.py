@@ -40,6 +40,7 @@ from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.core.vsl import VslConfig
 from transforms.io import fs, progress
 from transforms.io.discover import discover_input_files
+from transforms.io.compressors import Codec
 from transforms.io.hdf5_format import GZIP_LEVEL
 from transforms.io.hdf5_sink import EncodeRows, RowFormat, WriteHdf5Shards
 from transforms.io.intermediate import STORED, SkipStoredGroups, StoreGroups
@@ -97,6 +98,7 @@ class JobPlan:
     extra: dict
     shuffle_seed: Optional[int] = None  # None: output in input order
     gzip_level: int = GZIP_LEVEL
+    codec: Codec = Codec()  # who deflates the chunks (--compressor), at gzip_level
     storage_dir: Optional[str] = None  # where packed groups wait (disk strategy); None: the runner's GroupByKey
     resume: bool = False
     unit_groups: int = 1  # packing groups per work unit of a large .jsonl/.parquet file
@@ -309,7 +311,7 @@ def plan_job(config: Config) -> JobPlan:
             config.tokenizer_type, vocab_file=config.vocab_file, encoder_file=config.encoder_file,
             huggingface_tokenizer=config.huggingface_tokenizer, eos_id=config.eos_id, pad_id=config.pad_id,
             sep_token=config.sep_token if config.mode in SUMMARIZATION_MODES else None,
-            backend=config.tokenizer_backend,
+            backend=config.tokenizer_backend, check_share=config.tokenizer_cross_check, check_seed=config.seed,
             # ChatML's markers must be tokens for its turns to end in one: added where the vocabulary lacks them.
             extra_special_tokens=CHATML_TOKENS if getattr(config, "chat_template", None) == "chatml" else ())
         tokenizer = shared_tokenizer(tok_files)
@@ -331,13 +333,21 @@ def plan_job(config: Config) -> JobPlan:
         except ValueError as e:
             raise UserError(f"FIM: {e}") from None
 
+    try:
+        codec = Codec(config.compressor, config.gzip_level).check()
+    except ValueError as e:
+        raise UserError(str(e)) from None
     sections = config.sections()
     sections["processing"]["eos_id"] = config.eos_id
     sections["processing"]["pad_id"] = config.pad_id
+    # Chat modes render and encode each conversation with offsets, which only tokenizers gives.
+    encoder = {"encoder": "tokenizers"} if config.mode in CHAT_MODES else {
+        "encoder": tokenizer.encoder_name, **({"encoder_note": tokenizer.encoder_note} if tokenizer.encoder_note else {})}
     extra = {"tokenizer": {"fingerprint": tokenizer.fingerprint(), "vocab_size": tokenizer.vocab_size,
                            "eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id, "bos_id": tokenizer.bos_id,
-                           "sep_id": tokenizer.sep_id, "encoder": tokenizer.encoder_name,
-                           **({"encoder_note": tokenizer.encoder_note} if tokenizer.encoder_note else {})},
+                           "sep_id": tokenizer.sep_id, **encoder},
+             # The files' bytes depend on the library's version too (their rows never do).
+             "compression": {"compressor": codec.name, "gzip_level": codec.level, "library": codec.version()},
              "config_fingerprint": config.fingerprint()}
     chat = _chat_config(config, tok_files, tokenizer) if config.mode in CHAT_MODES else None
     vsl = None
@@ -383,6 +393,7 @@ def plan_job(config: Config) -> JobPlan:
         extra=extra,
         shuffle_seed=config.shuffle_seed if config.shuffle else None,
         gzip_level=config.gzip_level,
+        codec=codec,
         resume=config.resume_from_checkpoint,
         splits=splits,
     )
@@ -560,7 +571,7 @@ def _rows(plan: JobPlan, batches):
 
 def _write_shards(plan: JobPlan, rows, stored, *, row_format, output_dir):
     """Rows -> compressed chunks -> shards (every mode alike); returns (the encoded blocks, the shards)."""
-    blocks = rows | "EncodeRows" >> EncodeRows(row_format, plan.tokenizer_files, gzip_level=plan.gzip_level,
+    blocks = rows | "EncodeRows" >> EncodeRows(row_format, plan.tokenizer_files, gzip_level=plan.codec,
                                                process_cpus=plan.process_cpus)
     if plan.storage_dir:
         blocks = blocks | "StoreGroups" >> StoreGroups(plan.storage_dir)

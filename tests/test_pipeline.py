@@ -170,10 +170,12 @@ def test_output_is_byte_identical_across_runner_settings(tmp_path):
     assert other_seed["post-process"]["n_examples"] == fim["in_memory"][1]["post-process"]["n_examples"]
 
 
-def test_gzip_level_changes_only_the_compression(tmp_path):
+@pytest.mark.parametrize("compressor", ["zlib", "libdeflate"])
+def test_gzip_level_changes_only_the_compression(tmp_path, compressor):
     src = ROOT / "data" / "sample"
-    default = run_job(_args(src, tmp_path / "four", "--files_per_record", "50"))
-    fast = run_job(_args(src, tmp_path / "one", "--files_per_record", "50", "--gzip_level", "1"))
+    default = run_job(_args(src, tmp_path / "four", "--files_per_record", "50", "--compressor", compressor))
+    fast = run_job(_args(src, tmp_path / "one", "--files_per_record", "50", "--gzip_level", "1",
+                         "--compressor", compressor))
     np.testing.assert_array_equal(read_rows(tmp_path / "one"), read_rows(tmp_path / "four"))
     assert fast["h5_dataset_stats"] == default["h5_dataset_stats"]
     for out, level in (("four", 4), ("one", 1)):
@@ -181,4 +183,7 @@ def test_gzip_level_changes_only_the_compression(tmp_path):
             with h5py.File(path, "r") as f:
                 assert (f["data"].compression, f["data"].compression_opts) == ("gzip", level)
     size = {out: sum(os.path.getsize(p) for p in h5_files(tmp_path / out)) for out in ("four", "one")}
-    assert size["one"] > size["four"]
+    if compressor == "zlib":  # zlib's level 1 trades size for speed; libdeflate's level 1 may even be smaller
+        assert size["one"] > size["four"]
+    else:
+        assert size["one"] != size["four"]

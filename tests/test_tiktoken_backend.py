@@ -7,6 +7,10 @@ emoji, added tokens), on llama.cpp's test vectors, and through the pipeline
 (identical .h5 bytes). Synthetic vocabularies show that the check finds a
 merge list tiktoken would get wrong, and that what it lets through is exact.
 
+`auto` prefers fastokens where it is exact (tests/test_fast_encoder.py); here
+fastokens is taken away, so that `auto` means what it means without it:
+tiktoken where exact, else tokenizers.
+
 The default run stays well under a minute. TIKTOKEN_EXHAUSTIVE=1 compares
 the whole small corpora and 24 MB of each benchmark corpus, and every Unicode
 code point through each verified pre-tokenizer regex (several minutes).
@@ -31,7 +35,7 @@ from hypothesis import strategies as st
 
 from tests.helpers import ROOT, SHARED, h5_files, require_shared, run_job
 from transforms.core.tokenizer import GPT2, HF, NEOX, TokenizerFiles, build_tokenizer, encode_bounded, tokenize_documents
-from transforms.core.tokenizer import backends
+from transforms.core.tokenizer import backends, fast
 from transforms.core.tokenizer.exact import RankTable, byte_stand_ins
 from transforms.io.tokenizer_files import read_tokenizer_files
 
@@ -41,6 +45,16 @@ REF = SHARED / "reference" / "tokenizer"
 CORPORA = SHARED / "corpora"
 BUNDLED = ROOT / "data" / "tokenizers" / "gpt2"
 SLICE_BYTES = 24_000_000 if EXHAUSTIVE else 250_000
+
+
+
+@pytest.fixture(autouse=True)
+def _without_fastokens(monkeypatch):
+    """As on a machine without fastokens: auto chooses between tiktoken and tokenizers."""
+    def missing():
+        raise fast.Unavailable("fastokens is not installed")
+
+    monkeypatch.setattr(fast, "_fastokens", missing)
 
 # ------------------------------------------------------------ tokenizers
 

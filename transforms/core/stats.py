@@ -16,7 +16,7 @@ import numpy as np
 
 from transforms.core.features import POSITION_IDS, VSL_FEATURES
 
-__all__ = ["Stats", "merge", "ROWS_DROPPED", "H5_ROWS", "ROLE_TOKENS", "ROLE_TRAINED", "row_stats", "post_process_section", "h5_stats_section",
+__all__ = ["Stats", "merge", "ROWS_DROPPED", "H5_ROWS", "ROLE_TOKENS", "ROLE_TRAINED", "ENCODER_CHECK", "row_stats", "post_process_section", "h5_stats_section",
            "input_section", "check_accounting"]
 
 
@@ -28,6 +28,9 @@ H5_ROWS = "h5."
 # which add up to loss_valid_tokens; counted as conversations are encoded (a file does not know roles).
 ROLE_TOKENS = "chat_tokens."
 ROLE_TRAINED = "chat_loss_valid."
+# fastokens' in-job cross-check (transforms.core.tokenizer.fast.Tally's fields): texts encoded, checked
+# against the exact encoder, and found different; counted where documents are tokenized.
+ENCODER_CHECK = "encoder_check."
 
 
 @dataclasses.dataclass

@@ -10,7 +10,7 @@ Written so that equal rows give equal bytes: no object timestamps
 
 from __future__ import annotations
 
-import zlib
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional
 
@@ -19,6 +19,7 @@ import numpy as np
 
 from transforms.core.encoded import EncodedRows
 from transforms.core.threads import machine_cpus
+from transforms.io.compressors import Codec, as_codec
 from transforms.io.vsl_chunks import compress_vsl_row
 
 __all__ = ["write_shard", "write_chunks", "encode_batches", "compress_chunk", "iter_shard", "shard_n_examples",
@@ -42,27 +43,36 @@ def write_shard(path: str, rows: np.ndarray, *, level: int = GZIP_LEVEL) -> None
     write_chunks(path, n, msl, (encoded.chunk(i) for i in range(n)), level=level, features=features)
 
 
-def compress_chunk(row: np.ndarray, level: int = GZIP_LEVEL) -> bytes:
-    """What HDF5's gzip filter stores for one chunk (one [F, msl] row): zlib at `level`, default window."""
-    return zlib.compress(np.ascontiguousarray(row, dtype="<i4").tobytes(), level)
+def compress_chunk(row: np.ndarray, level: "int | Codec" = GZIP_LEVEL) -> bytes:
+    """What HDF5's gzip filter reads for one chunk (one [F, msl] row): a zlib stream of its little-endian
+    int32 bytes, by the codec's library (a bare level: zlib at that level, what h5py itself writes)."""
+    return _compressor(as_codec(level))(np.ascontiguousarray(row, dtype="<i4").tobytes())
 
 
-def _compress_rows(rows: np.ndarray, level: int, segments: Optional[list] = None) -> list[bytes]:
+@functools.lru_cache(maxsize=16)
+def _compressor(codec: Codec) -> Callable[[bytes], bytes]:
+    return codec.compress()
+
+
+def _compress_rows(rows: np.ndarray, codec: Codec, segments: Optional[list] = None) -> list[bytes]:
     if segments is not None:
-        return [compress_vsl_row(row, lengths, level) for row, lengths in zip(rows, segments)]
-    return [compress_chunk(row, level) for row in rows]
+        return [compress_vsl_row(row, lengths, codec) for row, lengths in zip(rows, segments)]
+    compress = _compressor(codec)
+    return [compress(np.ascontiguousarray(row, dtype="<i4").tobytes()) for row in rows]
 
 
 def encode_batches(batches: Iterable, *, on_batch: Optional[Callable[[np.ndarray], None]] = None,
-                   level: int = GZIP_LEVEL, threads: int = 0) -> EncodedRows:
+                   level: "int | Codec" = GZIP_LEVEL, threads: int = 0) -> EncodedRows:
     """Consecutive [k, F, msl] batches of rows -> EncodedRows, one compressed chunk per row, in order.
 
     A batch is an array of rows, or (VSL) a pair (rows [k, 5, msl], the
     segment lengths of each row), whose chunks take their spans and
     positions precompressed (transforms.io.vsl_chunks). Each batch is
-    compressed on a thread pool (zlib releases the GIL) while `on_batch`
-    looks at it (statistics) and the caller builds the next one.
+    compressed on a thread pool (every codec releases the GIL) while `on_batch`
+    looks at it (statistics) and the caller builds the next one. `level`: a
+    Codec (transforms.io.compressors), or a zlib level.
     """
+    codec = as_codec(level)
     threads = threads or machine_cpus()
     chunks: list[bytes] = []
     with ThreadPoolExecutor(threads, thread_name_prefix="compress") as pool:
@@ -76,7 +86,7 @@ def encode_batches(batches: Iterable, *, on_batch: Optional[Callable[[np.ndarray
                 if batch.size and (batch.min() < np.iinfo(np.int32).min or batch.max() > np.iinfo(np.int32).max):
                     raise ValueError("row values do not fit int32")
                 batch = batch.astype(np.int32)
-            submitted = [pool.submit(_compress_rows, batch[i:i + _ROWS_PER_TASK], level,
+            submitted = [pool.submit(_compress_rows, batch[i:i + _ROWS_PER_TASK], codec,
                                      None if segments is None else segments[i:i + _ROWS_PER_TASK])
                          for i in range(0, len(batch), _ROWS_PER_TASK)]
             if on_batch is not None:
@@ -89,10 +99,10 @@ def encode_batches(batches: Iterable, *, on_batch: Optional[Callable[[np.ndarray
     return EncodedRows.from_chunks(chunks)
 
 
-def write_chunks(path: str, n: int, msl: int, chunks: Iterable, *, level: int = GZIP_LEVEL,
+def write_chunks(path: str, n: int, msl: int, chunks: Iterable, *, level: "int | Codec" = GZIP_LEVEL,
                  features: int = 3) -> None:
     """Write n rows of `features` x msl, given as their compressed chunks (bytes-like, from `compress_chunk`
-    at `level`), in order.
+    at `level`), in order. The gzip filter records the zlib-scale level, whichever codec compressed.
 
     `write_direct_chunk` stores exactly what h5py's gzip filter would have
     produced for the row; a fixed write order gives a fixed file.
@@ -104,7 +114,7 @@ def write_chunks(path: str, n: int, msl: int, chunks: Iterable, *, level: int = 
             dtype="i4",
             chunks=(1, features, msl) if n else None,
             compression="gzip" if n else None,
-            compression_opts=level if n else None,
+            compression_opts=as_codec(level).level if n else None,
             track_times=False,
         )
         pos = 0

@@ -13,8 +13,9 @@ from typing import Optional
 import apache_beam as beam
 
 from transforms.core.features import LM_FEATURES, VSL_FEATURES
-from transforms.core.stats import (H5_ROWS, ROLE_TOKENS, ROLE_TRAINED, ROWS_DROPPED, Stats, check_accounting,
-                                   h5_stats_section, input_section, merge, post_process_section)
+from transforms.core.stats import (ENCODER_CHECK, H5_ROWS, ROLE_TOKENS, ROLE_TRAINED, ROWS_DROPPED, Stats,
+                                   check_accounting, h5_stats_section, input_section, merge, post_process_section)
+from transforms.core.tokenizer.fast import CHECK_FIELDS
 from transforms.core.timing import TIME_PREFIX
 from transforms.io import fs
 
@@ -67,6 +68,10 @@ def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad
                           "loss_valid_tokens_by_role": stats.with_prefix(ROLE_TRAINED)}
     params["files"] = {s.name: s.num_sequences for s in sorted(shards, key=lambda s: s.index)}
     params.update(extra)
+    checks = stats.with_prefix(ENCODER_CHECK)
+    if checks:  # fastokens encoded: what its in-job cross-check did (every field, zeros included)
+        params["tokenizer"] = {**params.get("tokenizer", {}),
+                               "cross_check": {name: checks.get(name, 0) for name in CHECK_FIELDS}}
     run = dict(params.get("run", {}))
     if stats["groups_resumed"]:
         run["groups_resumed"] = stats["groups_resumed"]
@@ -152,6 +157,10 @@ def build_summary(outputs: tuple, params: list, stats: list, rest: Stats, sectio
     summary["outputs"] = rows
     summary["input"] = section
     summary.update(extra)
+    checks = [p["tokenizer"]["cross_check"] for p in params if "cross_check" in p.get("tokenizer", {})]
+    if checks:
+        summary["tokenizer"] = {**summary.get("tokenizer", {}),
+                                "cross_check": {name: sum(c[name] for c in checks) for name in CHECK_FIELDS}}
     run = dict(summary.get("run", {}))
     # Reading and routing are the job's; the rest is each output's.
     timers = Counter(rest.with_prefix(TIME_PREFIX))

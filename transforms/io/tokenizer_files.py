@@ -19,6 +19,7 @@ from typing import Optional
 import fsspec
 
 from transforms.core.tokenizer import GPT2, HF, KINDS, NEOX, TokenizerFiles
+from transforms.core.tokenizer.fast import DEFAULT_CHECK_SHARE
 from transforms.io import fs
 
 __all__ = ["read_tokenizer_files", "read_chat_template", "stage_tokenizer_files", "StagedTokenizerFiles", "HF_FILES"]
@@ -39,16 +40,20 @@ def read_tokenizer_files(
     sep_token: Optional[str] = None,
     backend: str = "auto",
     extra_special_tokens: tuple = (),
+    check_share: float = DEFAULT_CHECK_SHARE,
+    check_seed: int = 0,
 ) -> TokenizerFiles:
     """Read what `kind` needs, named by the reference's flags.
 
     GPT2Tokenizer: --encoder_file (encoder.json) and --vocab_file (vocab.bpe);
     NeoXTokenizer: --encoder_file (tokenizer.json); HuggingFaceTokenizer:
     --huggingface_tokenizer, a directory (local or fsspec URL) or a hub name.
-    `backend` (--tokenizer_backend) says which library encodes.
+    `backend` (--tokenizer_backend) says which library encodes; `check_share`
+    (--tokenizer_cross_check) and `check_seed` (--seed) which texts fastokens' ids are checked on.
     """
     overrides = dict(eos_id=eos_id, pad_id=pad_id, sep_token=sep_token, backend=backend,
-                     extra_special_tokens=tuple(extra_special_tokens))
+                     extra_special_tokens=tuple(extra_special_tokens), check_share=float(check_share),
+                     check_seed=int(check_seed))
     if kind == GPT2:
         if not encoder_file:
             raise ValueError("--encoder_file is required for GPT2Tokenizer (encoder.json / vocab.json)")

@@ -28,6 +28,8 @@ from typing import Sequence
 
 import numpy as np
 
+from transforms.io.compressors import Codec, as_codec
+
 __all__ = ["compress_vsl_row", "adler32_combine"]
 
 _HEADER = b"\x78\x5e"  # deflate, 32 KiB window, "default" compression level flags (what zlib writes for 2..5)
@@ -76,8 +78,10 @@ def _tail(lengths: tuple, msl: int) -> tuple[bytes, int]:
     return b"".join(blocks for (blocks, _), _ in pieces), checksum
 
 
-def compress_vsl_row(row: np.ndarray, lengths: Sequence[int], level: int) -> bytes:
+def compress_vsl_row(row: np.ndarray, lengths: Sequence[int], level: "int | Codec") -> bytes:
     """The zlib chunk of one [5, msl] VSL row whose segments have `lengths` positions, in order.
+
+    The token rows are deflated by the codec's streaming compressor (`Codec.raw_stream`; a bare level: zlib).
 
     Raises ValueError when the row's spans and positions are not the ramps of `lengths`.
     """
@@ -89,7 +93,7 @@ def compress_vsl_row(row: np.ndarray, lengths: Sequence[int], level: int) -> byt
                          f"{sum(lengths)} positions in a row of {msl}")
     data = memoryview(row).cast("B")  # the row's bytes, not a copy
     split = 3 * msl * 4
-    deflate = zlib.compressobj(level, zlib.DEFLATED, -15)
+    deflate = as_codec(level).raw_stream()
     head_blocks = deflate.compress(data[:split]) + deflate.flush(zlib.Z_SYNC_FLUSH)
     head = zlib.adler32(data[:split])
     tail_blocks, tail = _tail(lengths, msl)

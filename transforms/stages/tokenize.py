@@ -14,10 +14,12 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.core.memory import release_free_memory
 from transforms.core.records import DocBatch, GroupId, TokenBatch
-from transforms.core.stats import Stats
+from transforms.core.stats import ENCODER_CHECK, Stats
 from transforms.core.threads import limit_native_threads
 from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer, tokenize_documents
+from transforms.core.tokenizer.fast import Tally
+from transforms.core.tokenizer.fast import tally as encoder_tally
 from transforms.io import progress
 
 __all__ = ["TokenizeDocuments", "TOKENIZE_BATCH_CHARS", "ENCODE_THREADS"]
@@ -90,18 +92,19 @@ class _TokenizeFn(beam.DoFn):
                     future.cancel()
         self._pending = collections.deque()
 
-    def _encode(self, texts: list[str], progress_share: int, documents: int) -> tuple[float, float, list]:
+    def _encode(self, texts: list[str], progress_share: int, documents: int) -> tuple[float, float, list, Tally]:
         started = time.perf_counter()
-        if self._append_eos:
-            out = tokenize_documents(self._tokenizer, texts, split_len=self._split_len,
-                                     remove_bos_in_chunks=self._remove_bos)
-        else:
-            out = self._tokenizer.encode_batch(texts)
+        with encoder_tally() as checks:  # what fastokens' cross-check did for these texts (fast.py)
+            if self._append_eos:
+                out = tokenize_documents(self._tokenizer, texts, split_len=self._split_len,
+                                         remove_bos_in_chunks=self._remove_bos)
+            else:
+                out = self._tokenizer.encode_batch(texts)
         # The work the progress bar follows: this slice's share of the input, done.
         progress.advance(progress_share)
         progress.count("documents", documents)
         progress.count("tokens", sum(len(ids) for ids in out))
-        return started, time.perf_counter(), out
+        return started, time.perf_counter(), out, checks
 
     def process(self, batch: DocBatch, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
         n_keys = len(batch.docs[0].values) if batch.docs else 0
@@ -137,11 +140,13 @@ class _TokenizeFn(beam.DoFn):
             # copy. A slice's own arrays are dropped as soon as they are copied.
             slices = [future.result() for future in futures]
             futures.clear()
-            lengths = [len(a) for _, _, out in slices for a in out]
+            lengths = [len(a) for _, _, out, _ in slices for a in out]
             flat = np.empty(sum(lengths), dtype=np.int32)
             pos = 0
-            for i, (start, end, out) in enumerate(slices):
+            for i, (start, end, out, checks) in enumerate(slices):
                 spans.append((start, end))
+                for name, value in dataclasses.asdict(checks).items():
+                    stats.add(ENCODER_CHECK + name, value)
                 for a in out:
                     flat[pos:pos + len(a)] = a
                     pos += len(a)

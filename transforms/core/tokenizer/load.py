@@ -21,6 +21,7 @@ import tokenizers
 from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors
 
 from transforms.core.tokenizer.backends import AUTO, BACKENDS, affixes
+from transforms.core.tokenizer.fast import DEFAULT_CHECK_SHARE
 from transforms.core.tokenizer.tokenizer import Tokenizer, _vocab_size
 
 __all__ = ["GPT2", "NEOX", "HF", "KINDS", "BACKENDS", "TokenizerFiles", "build_tokenizer", "shared_tokenizer"]
@@ -66,6 +67,8 @@ class TokenizerFiles:
     extra_special_tokens: tuple = ()  # chat templates' control tokens (chatml), added if missing
     name: str = ""  # for messages and provenance
     backend: str = AUTO  # --tokenizer_backend: which library encodes (the ids are the same)
+    check_share: float = DEFAULT_CHECK_SHARE  # --tokenizer_cross_check: texts fastokens' ids are checked on
+    check_seed: int = 0  # --seed: which texts those are
 
     def load(self) -> "TokenizerFiles":
         """Itself: DoFns take these or a staged reference to them (transforms.io.tokenizer_files)."""
@@ -76,6 +79,8 @@ def build_tokenizer(files: TokenizerFiles) -> Tokenizer:
     """Build the pipeline tokenizer for `files.kind`; ValueError names the missing setting."""
     if files.backend not in BACKENDS:
         raise ValueError(f"--tokenizer_backend must be one of {', '.join(BACKENDS)}, got {files.backend!r}")
+    if not 0 <= files.check_share <= 1:
+        raise ValueError(f"--tokenizer_cross_check must be a share between 0 and 1, got {files.check_share!r}")
     if files.kind == GPT2:
         return _build_gpt2(files)
     if files.kind == NEOX:

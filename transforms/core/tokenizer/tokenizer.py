@@ -13,21 +13,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from typing import Callable, Iterable, Optional, Protocol, Sequence
 
 import numpy as np
 import tokenizers
 
-from transforms.core.tokenizer.backends import affixes, select_encoder
+from transforms.core.tokenizer.backends import AUTO, affixes, select_encoder
 from transforms.core.tokenizer.cutting import _CutPlan, _find_cut_plan, encode_bounded
 
 __all__ = ["Tokenizer"]
 
 
 class _Recipe(Protocol):
-    """What a Tokenizer was built from (`load.TokenizerFiles`): picklable, and named for messages."""
+    """What a Tokenizer was built from (`load.TokenizerFiles`): picklable, named for messages, and saying
+    which texts fastokens' ids are checked on."""
 
     name: str
+    check_share: float
+    check_seed: int
 
 
 class Tokenizer:
@@ -70,7 +74,15 @@ class Tokenizer:
         self._no_bos = no_bos
         self.vocab_size = _vocab_size(backend)
         self._encoder_mode = encoder_mode
-        self._encoder = select_encoder(backend, encoder_mode, self.name)
+        self._checks = {} if files is None else {"check_share": files.check_share, "check_seed": files.check_seed}
+        # auto's choice is made on first use: choosing checks the faster encoders (seconds for a large
+        # vocabulary), and a tokenizer built for decoding or for chat rendering (which encodes with offsets
+        # on tokenizers) never encodes through it. A backend asked for by name is checked at once, so that
+        # one that is not exact is an error when the tokenizer is built.
+        self._encoder = None
+        self._encoder_lock = threading.Lock()
+        if encoder_mode != AUTO:
+            self.encoder  # noqa: B018 - built for its check
         self._fingerprint: Optional[str] = None
         self._cut: Optional[_CutPlan] = None
 
@@ -94,18 +106,22 @@ class Tokenizer:
 
     @property
     def encoder(self):
-        """The encoder backend (`backends.HfEncoder` or `backends.TiktokenEncoder`)."""
+        """The encoder backend (`backends.HfEncoder`, `backends.TiktokenEncoder` or `fast.FastokensEncoder`)."""
+        if self._encoder is None:
+            with self._encoder_lock:
+                if self._encoder is None:
+                    self._encoder = select_encoder(self._backend, self._encoder_mode, self.name, **self._checks)
         return self._encoder
 
     @property
     def encoder_name(self) -> str:
-        """Which library encodes: "tiktoken" or "tokenizers"."""
-        return self._encoder.name
+        """Which library encodes: "fastokens", "tiktoken" or "tokenizers"."""
+        return self.encoder.name
 
     @property
     def encoder_note(self) -> Optional[str]:
-        """Why `auto` kept this tokenizer on tokenizers, if it did."""
-        return getattr(self._encoder, "reason", None)
+        """Why `auto` passed over a faster encoder, if it did."""
+        return getattr(self.encoder, "reason", None)
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids of each text as int32 arrays, without EOS; long texts in pieces (`encode_bounded`)."""
@@ -113,11 +129,11 @@ class Tokenizer:
 
     def _cut_plan(self) -> "_CutPlan":
         if self._cut is None:
-            self._cut = _find_cut_plan(self._backend, self._encoder)
+            self._cut = _find_cut_plan(self._backend, self.encoder)
         return self._cut
 
     def encode(self, text: str) -> np.ndarray:
-        return self._encoder.encode_batch([text])[0]
+        return self.encoder.encode_batch([text])[0]
 
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
         text = self._backend.decode(_as_id_list(ids), skip_special_tokens=skip_special_tokens)
