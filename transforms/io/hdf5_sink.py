@@ -38,6 +38,7 @@ from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.io import fs, progress
 from transforms.io.hdf5_format import GZIP_LEVEL, WRITE_BATCH_ROWS, encode_batches, shard_n_examples, write_chunks
 from transforms.io.spill import load_spilled, read_spilled
+from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["EncodeRows", "WriteHdf5Shards", "ShardResult", "RowFormat"]
 
@@ -164,7 +165,8 @@ class EncodeRows(beam.PTransform):
         self._fn = _EncodeFn(row_format, tokenizer_files, gzip_level, process_cpus)
 
     def expand(self, blocks):
-        return blocks | "Encode" >> beam.ParDo(self._fn)
+        # EncodedBlock: sized for Beam's metrics without pickling (transforms.io.coders).
+        return blocks | "Encode" >> beam.ParDo(self._fn).with_output_types(EncodedBlock)
 
 
 def _meta(block: EncodedBlock) -> tuple:

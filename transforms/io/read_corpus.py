@@ -32,6 +32,7 @@ from transforms.core.units import jsonl_units, parquet_units, whole_file
 from transforms.io import fs, progress
 from transforms.io.discover import extension_of
 from transforms.io.readers import StreamPosition, file_size, parquet_shape, read_records
+from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["ReadCorpus", "ReadInputManifest", "write_input_manifest", "plan_units", "DOCS", "DEAD_LETTERS",
            "DEAD_LETTER_PART_RECORDS", "FAN_OUT_BYTES"]
@@ -315,7 +316,9 @@ class ReadCorpus(beam.PTransform):
             | "PlanUnits" >> beam.FlatMap(plan_units, self._keys, self._group_bytes, self._unit_groups,
                                           self._fan_out_bytes)
             | "SpreadUnits" >> beam.Reshuffle()
-            | "ReadUnits" >> beam.ParDo(self._fn).with_outputs(_FAN_OUT, DEAD_LETTERS, main=DOCS)
+            # DocBatch: sized for Beam's metrics without pickling (transforms.io.coders).
+            | "ReadUnits" >> beam.ParDo(self._fn).with_output_types(DocBatch).with_outputs(_FAN_OUT, DEAD_LETTERS,
+                                                                                          main=DOCS)
         )
         docs = read[DOCS]
         if self._fan_out_bytes is not None:

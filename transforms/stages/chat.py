@@ -11,11 +11,12 @@ from transforms.core.chat.batch import ChatConfig, conversation_batch, dpo_batch
 from transforms.core.chat.encode import ChatEncoder
 from transforms.core.chat.template import ChatRenderer
 from transforms.core.memory import release_free_memory
-from transforms.core.records import PerPart, for_group
+from transforms.core.records import PerPart, WindowBlock, for_group
 from transforms.core.threads import limit_native_threads
 from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.io import progress
+from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["EncodeConversations"]
 
@@ -67,4 +68,4 @@ class EncodeConversations(beam.PTransform):
         self._fn = _EncodeConversationsFn(config, tokenizer_files, process_cpus)
 
     def expand(self, batches):
-        return batches | "Encode" >> beam.ParDo(self._fn)
+        return batches | "Encode" >> beam.ParDo(self._fn).with_output_types(WindowBlock)

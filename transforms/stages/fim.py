@@ -5,9 +5,10 @@ from __future__ import annotations
 import apache_beam as beam
 
 from transforms.core.fim import FimConfig, fim_block
-from transforms.core.records import PerPart, for_group
+from transforms.core.records import PerPart, RowBlock, for_group
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.core.timing import timed
+from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["ApplyFim"]
 
@@ -38,4 +39,4 @@ class ApplyFim(beam.PTransform):
         self._fn = _FimFn(config, tokenizer_files, seed)
 
     def expand(self, blocks):
-        return blocks | "Fim" >> beam.ParDo(self._fn)
+        return blocks | "Fim" >> beam.ParDo(self._fn).with_output_types(RowBlock)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import apache_beam as beam
 
 from transforms.core.normalize import NormalizeConfig, normalize_batch
+from transforms.core.records import DocBatch
 from transforms.core.timing import timed
+from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["NormalizeDocuments"]
 
@@ -18,4 +20,5 @@ class NormalizeDocuments(beam.PTransform):
         self._config = config
 
     def expand(self, batches):
-        return batches | "Normalize" >> beam.Map(timed("normalize", normalize_batch), self._config)
+        return batches | "Normalize" >> beam.Map(timed("normalize", normalize_batch), self._config).with_output_types(
+            DocBatch)  # sized for Beam's metrics without pickling (transforms.io.coders)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import apache_beam as beam
 
 from transforms.core.pack import PackConfig, pack_batch
-from transforms.core.records import PerPart, for_group
+from transforms.core.records import PerPart, RowBlock, WindowBlock, for_group
 from transforms.core.timing import timed
+from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["PackSequences"]
 
@@ -22,7 +23,10 @@ class PackSequences(beam.PTransform):
         self._windows_only = windows_only
 
     def expand(self, batches):
-        return batches | "Pack" >> beam.Map(timed("pack", _pack), self._config, self._seed, self._windows_only)
+        # Sized for Beam's metrics without pickling (transforms.io.coders).
+        return batches | "Pack" >> beam.Map(timed("pack", _pack), self._config, self._seed,
+                                            self._windows_only).with_output_types(
+            WindowBlock if self._windows_only else RowBlock)
 
 
 def _pack(batch, config, seed: int, windows_only: bool):

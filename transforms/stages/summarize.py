@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from transforms.core.records import PerPart, for_group
+from transforms.core.records import PerPart, RowBlock, for_group
 from transforms.core.summarization import SummarizationConfig, summarization_batch
 from transforms.core.timing import timed
+from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["BuildSummarizationRows"]
 
@@ -19,7 +20,7 @@ class BuildSummarizationRows(beam.PTransform):
         self._config = config
 
     def expand(self, batches):
-        return batches | "SummarizationRows" >> beam.Map(timed("pack", _rows), self._config)
+        return batches | "SummarizationRows" >> beam.Map(timed("pack", _rows), self._config).with_output_types(RowBlock)
 
 
 def _rows(batch, config):

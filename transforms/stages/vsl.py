@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from transforms.core.records import PerPart, for_group
+from transforms.core.records import PerPart, WindowBlock, for_group
 from transforms.core.timing import timed
 from transforms.core.vsl import VslConfig, vsl_lm_batch, vsl_summarization_batch
+from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["PackDocumentsVsl"]
 
@@ -27,8 +28,9 @@ class PackDocumentsVsl(beam.PTransform):
 
     def expand(self, batches):
         if self._summarization:
-            return batches | "PackPairs" >> beam.Map(timed("pack", _pairs), self._config)
-        return batches | "PackDocuments" >> beam.Map(timed("pack", _documents), self._config, self._seed)
+            return batches | "PackPairs" >> beam.Map(timed("pack", _pairs), self._config).with_output_types(WindowBlock)
+        return batches | "PackDocuments" >> beam.Map(timed("pack", _documents), self._config,
+                                                     self._seed).with_output_types(WindowBlock)
 
 
 def _pairs(batch, config):

@@ -53,8 +53,8 @@ import tokenizers
 from transforms.core.tokenizer.exact import NotExact
 from transforms.core.tokenizer.probes import PROBES
 
-__all__ = ["FASTOKENS", "FastokensEncoder", "Unavailable", "Tally", "tally", "CHECK_FIELDS", "vocabulary_check", "sampled",
-           "DEFAULT_CHECK_SHARE"]
+__all__ = ["FASTOKENS", "FastokensEncoder", "Unavailable", "Tally", "tally", "CHECK_FIELDS", "vocabulary_check",
+           "sampled", "DEFAULT_CHECK_SHARE"]
 
 FASTOKENS = "fastokens"
 # The share of texts every job encodes twice. At 1/64 the reference (tiktoken at ~11 MB/s a core) adds
