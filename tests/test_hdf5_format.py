@@ -118,6 +118,9 @@ def test_rows_of_a_wider_dtype_are_checked_against_int32():
     for bad in (I32.max + 1, I32.min - 1):
         with pytest.raises(ValueError, match="^row values do not fit int32$"):
             encode_batches([np.array([[[0, bad, 0]]], dtype=np.int64)])
+    big_endian = _rows(3).astype(">i4")
+    assert [bytes(c) for c in (encode_batches([big_endian]).chunk(i) for i in range(3))] == \
+        [zlib.compress(_raw(r), GZIP_LEVEL) for r in _rows(3)]  # little-endian chunks whatever the input's order
     empty = encode_batches([np.zeros((0, 3, 4), dtype=np.int64)], on_batch=seen.append)  # nothing to check
     assert len(empty) == 0 and seen[-1].dtype == np.int32
 
