@@ -275,6 +275,10 @@ class FastokensEncoder:
         reason = _checked(key, lambda: vocabulary_check(backend, self._native, self.reference))
         if reason is not None:
             raise NotExact(reason)
+        if self._reference is None:
+            # Built now on another thread, while the job is planned and the first texts are read: the first
+            # sampled text would otherwise wait for it (tiktoken's rank table takes ~0.4 s).
+            threading.Thread(target=lambda: self.reference, name="fastokens-reference", daemon=True).start()
 
     @property
     def reference(self):
