@@ -14,7 +14,8 @@ from transforms.core.threads import machine_cpus, process_threads
 from transforms.io.hdf5_sink import _EncodeFn
 
 _COUNT_ENCODER_THREADS = """
-import os, sys
+import os, sys, threading
+start = len(os.listdir("/proc/self/task"))
 from transforms.core.threads import limit_native_threads
 from transforms.core.tokenizer import build_tokenizer
 from transforms.io.tokenizer_files import read_tokenizer_files
@@ -22,30 +23,40 @@ limit_native_threads(int(sys.argv[1]) if sys.argv[1] != "none" else None)
 tok = build_tokenizer(read_tokenizer_files("GPT2Tokenizer", vocab_file="data/tokenizers/gpt2/vocab.bpe",
                                            encoder_file="data/tokenizers/gpt2/encoder.json",
                                            backend=os.environ.get("CREATE_HDF5_TEST_BACKEND", "auto")))
-before = len(os.listdir("/proc/self/task"))
+tok.encoder
+for t in threading.enumerate():
+    if t.name == "fastokens-reference":
+        t.join()  # a short-lived builder, not a pool
+built = len(os.listdir("/proc/self/task"))
 tok.encode_batch([f"a few words to encode {i} " * 20 for i in range(4000)])
-print(len(os.listdir("/proc/self/task")) - before)
+end = len(os.listdir("/proc/self/task"))
+print(end - built, end - start)  # made by encoding; made since the start, checks and reference included
 """
 
 
-def _encoder_threads(limit: str, env: dict) -> int:
+def _encoder_threads(limit: str, env: dict, since_start: bool = False) -> int:
     proc = subprocess.run([sys.executable, "-c", _COUNT_ENCODER_THREADS, limit], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return int(proc.stdout.strip().splitlines()[-1])
+    return int(proc.stdout.strip().splitlines()[-1].split()[1 if since_start else 0])
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
 def test_the_tokenizer_pool_gets_the_process_share():
-    """The encoder's pool grows with the share and nothing else (fastokens adds one thread of its own)."""
-    env = {k: v for k, v in os.environ.items() if k != "RAYON_NUM_THREADS"}
-    one = _encoder_threads("1", env)
-    assert one in (1, 2)
-    assert _encoder_threads("3", env) - one == 2  # more than this machine may have: the setting, not the cores
-    assert _encoder_threads("none", env) - one == machine_cpus() - 1
-    assert _encoder_threads("1", {**env, "RAYON_NUM_THREADS": "2"}) - one == 1  # the user's own setting wins
+    """The encoders' native threads follow the process share (RAYON_NUM_THREADS, FASTOKENS_BPE_THREADS).
+
+    tiktoken's pool is exactly the share. fastokens runs its own BPE workers beside the exact
+    reference's (rayon) pool that its cross-check uses: together at most twice the share, plus one.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in ("RAYON_NUM_THREADS", "FASTOKENS_BPE_THREADS")}
     tiktoken = {**env, "CREATE_HDF5_TEST_BACKEND": "tiktoken"}
-    assert _encoder_threads("1", tiktoken) == 1 and _encoder_threads("3", tiktoken) == 3
+    assert _encoder_threads("1", tiktoken) == 1
+    assert _encoder_threads("3", tiktoken) == 3  # more than this machine may have: the setting, not the cores
+    assert _encoder_threads("none", tiktoken) == machine_cpus()
+    assert _encoder_threads("1", {**tiktoken, "RAYON_NUM_THREADS": "2"}) == 2  # the user's own setting wins
+    for share in (1, 3):
+        assert share <= _encoder_threads(str(share), env, since_start=True) <= 2 * share + 1
+    assert _encoder_threads("1", env, since_start=True) < _encoder_threads("3", env, since_start=True)
 
 
 def test_cores_per_process_follow_the_runner():

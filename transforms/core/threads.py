@@ -26,10 +26,13 @@ def process_threads(process_cpus: Optional[int]) -> int:
 
 
 def limit_native_threads(process_cpus: Optional[int]) -> None:
-    """Size the tokenizer's native (rayon) pool before it starts; a user's own setting wins.
+    """Size the tokenizers' native pools before they start; a user's own setting wins.
 
-    The pool is created on the first parallel encode of the process and read
-    from RAYON_NUM_THREADS then, so this must run before any tokenizer encodes.
+    The pools are created on the first parallel encode of the process and read
+    their sizes then, so this must run before any tokenizer encodes: rayon's
+    (tokenizers, fastokens' pre-tokenizer) from RAYON_NUM_THREADS, fastokens'
+    own BPE workers from FASTOKENS_BPE_THREADS.
     """
     if process_cpus:
         os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, process_cpus)))
+        os.environ.setdefault("FASTOKENS_BPE_THREADS", os.environ["RAYON_NUM_THREADS"])

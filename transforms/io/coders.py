@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 from apache_beam import coders
+from apache_beam.coders.coders import FastCoder
 from apache_beam.coders.coder_impl import CallbackCoderImpl
 
 from transforms.core.records import DocBatch, EncodedBlock, RowBlock, TokenBatch, WindowBlock
@@ -52,7 +53,7 @@ def estimate_bytes(value: Any, depth: int = 0) -> int:
     return 16
 
 
-class BatchCoder(coders.Coder):
+class BatchCoder(FastCoder):
     """PickleCoder's bytes; `estimate_bytes` for Beam's size sampling."""
 
     def _create_impl(self):
