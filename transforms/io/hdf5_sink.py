@@ -36,6 +36,7 @@ from transforms.core.threads import process_threads
 from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.io import fs, progress
+from transforms.io.compressors import as_codec
 from transforms.io.hdf5_format import GZIP_LEVEL, WRITE_BATCH_ROWS, encode_batches, shard_n_examples, write_chunks
 from transforms.io.spill import load_spilled, read_spilled
 from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
@@ -103,6 +104,7 @@ class _EncodeFn(beam.DoFn):
 
     def process(self, block):
         started = time.perf_counter()
+        progress.begin("encode")
         if self._detok is None:
             # Built on first use, not in setup(): by then the tokenizer is busy with the next group.
             self._detok = DetokCounter(shared_tokenizer(self._tokenizer_files.load()))
@@ -132,6 +134,7 @@ class _EncodeFn(beam.DoFn):
         release_free_memory()  # the batches of full rows and the chunk list
         stats.totals[TIME_PREFIX + "encode"] += int((time.perf_counter() - started) * 1000)
         progress.settle(block.group.name, 1.0)  # all of it, even for a group without rows
+        progress.end("encode")
         yield EncodedBlock(block.group, len(encoded), rows=encoded, stats=stats)
 
     @staticmethod
@@ -165,6 +168,7 @@ class EncodeRows(beam.PTransform):
         self._fn = _EncodeFn(row_format, tokenizer_files, gzip_level, process_cpus)
 
     def expand(self, blocks):
+        progress.compressor(as_codec(self._fn._level).compress())  # the bar's unit of cost before it is measured
         # EncodedBlock: sized for Beam's metrics without pickling (transforms.io.coders).
         return blocks | "Encode" >> beam.ParDo(self._fn).with_output_types(EncodedBlock)
 
@@ -306,6 +310,7 @@ class WriteHdf5Shards(beam.PTransform):
         self._fn = _WriteShardFn(output_dir, output_name, max_seq_length, features, gzip_level, keep_existing)
 
     def expand(self, blocks):
+        progress.row_width(self._fn._features)  # the bar's cost of compressing rows before it is measured
         layout = (
             blocks
             | "GroupMeta" >> beam.Map(_meta)

@@ -192,6 +192,10 @@ class _ReadUnitFn(beam.DoFn):
         self._fanned_out = beam.metrics.Metrics.counter("read", "groups_fanned_out")
 
     def process(self, unit: WorkUnit):
+        # The progress bar's read stage: reading each group, not the work downstream while this is suspended.
+        yield from progress.working_through("read", self._read(unit), _progress_bytes)
+
+    def _read(self, unit: WorkUnit):
         f = unit.file
         letters = _DeadLetters(unit)
         position = StreamPosition()
@@ -254,6 +258,11 @@ class _ReadUnitFn(beam.DoFn):
         part = letters.finish(lines)
         if part is not None:
             yield pvalue.TaggedOutput(DEAD_LETTERS, part)
+
+
+def _progress_bytes(output) -> int:
+    """The input's bytes a group read stands for (its share; 0 for a dead-letter part)."""
+    return getattr(getattr(output, "value", output), "progress_bytes", 0)
 
 
 class _ProgressShares:

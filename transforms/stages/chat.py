@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Optional
 
@@ -38,19 +39,59 @@ class _EncodeConversationsFn(beam.DoFn):
 
     def process(self, batch):
         started = time.perf_counter()
-        # Half of the group's share of the input is done when it is encoded, the rest when its rows are.
-        tokenizing = int(batch.progress_bytes * progress.TOKENIZE_SHARE) if batch.docs else 0
-        progress.expect(batch.group.name, batch.progress_bytes - tokenizing)
+        # Every stage does the group's whole share: this one as its records are encoded, EncodeRows settles it.
+        progress.expect(batch.group.name, batch.progress_bytes)
         documents = len(batch.docs)
         config = for_group(self._config, batch.group)
         build = dpo_batch if config.dpo else conversation_batch
-        out = build(batch, self._encoder, config)
-        progress.advance(tokenizing)
+        with progress.working("chat"):
+            encoder = _Reporting(self._encoder, batch, config)
+            out = build(batch, encoder, config)
+            progress.done("chat", batch.progress_bytes - encoder.reported)
         progress.count("documents", documents)
-        progress.count("tokens", out.stats["tokens"])  # the group's stats: nothing counted tokens before
         out.stats.totals[TIME_PREFIX + "tokenize"] += int((time.perf_counter() - started) * 1000)
         release_free_memory()
         yield out
+
+
+class _Reporting:
+    """The chat encoder, telling the progress bar as it goes: the tokens it makes, the positions of the rows they
+    will fill (a Chat or DPO row is padded), and the group's share of the input in proportion to the characters
+    of the records encoded, in order (a DPO record is tokenized twice, once a response)."""
+
+    def __init__(self, encoder: ChatEncoder, batch, config: ChatConfig):
+        self._encoder = encoder
+        self._row = config.max_seq_length if config.mode != "Chat_VSL" else 0  # a record's row, padded
+        self._share = batch.progress_bytes
+        # The records' characters up to the end of each one.
+        self._ends = list(itertools.accumulate(sum(len(v) for v in d.values if isinstance(v, str))
+                                               for d in batch.docs)) or [0]
+        self._encoded = 0.0  # records
+        self.reported = 0  # bytes
+
+    def __getattr__(self, name):
+        return getattr(self._encoder, name)
+
+    def encode_many(self, conversations, **kwargs):
+        out = self._encoder.encode_many(conversations, **kwargs)
+        encoded = [len(x.ids) for x in out if hasattr(x, "ids")]
+        self._report(len(conversations), sum(encoded), self._row * len(encoded) or sum(encoded))
+        return out
+
+    def tokenize(self, messages, **kwargs):
+        out = self._encoder.tokenize(messages, **kwargs)
+        self._report(0.5, len(out.ids), self._row // 2)
+        return out
+
+    def _report(self, records: float, tokens: int, positions: int) -> None:
+        self._encoded += records
+        done = int(self._encoded)
+        chars = self._ends[min(done, len(self._ends)) - 1] if done else 0
+        nbytes = self._share * chars // max(self._ends[-1], 1) - self.reported
+        self.reported += nbytes
+        progress.count("tokens", tokens)
+        progress.count("positions", positions)
+        progress.done("chat", nbytes)
 
 
 class EncodeConversations(beam.PTransform):

@@ -8,6 +8,7 @@ from transforms.core.fim import FimConfig, fim_block
 from transforms.core.records import PerPart, RowBlock, for_group
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.core.timing import timed
+from transforms.io import progress
 from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["ApplyFim"]
@@ -27,8 +28,10 @@ class _FimFn(beam.DoFn):
 
     def process(self, block):
         tok = self._tokenizer
-        yield timed("fim", fim_block)(block, for_group(self._config, block.group), tok.encode,
-                                      lambda ids: tok.decode(ids, skip_special_tokens=False), self._seed)
+        with progress.working("fim", key=block.group.name):
+            out = timed("fim", fim_block)(block, for_group(self._config, block.group), tok.encode,
+                                          lambda ids: tok.decode(ids, skip_special_tokens=False), self._seed)
+        yield out
 
 
 class ApplyFim(beam.PTransform):

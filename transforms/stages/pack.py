@@ -7,6 +7,7 @@ import apache_beam as beam
 from transforms.core.pack import PackConfig, pack_batch
 from transforms.core.records import PerPart, RowBlock, WindowBlock, for_group
 from transforms.core.timing import timed
+from transforms.io import progress
 from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["PackSequences"]
@@ -30,4 +31,5 @@ class PackSequences(beam.PTransform):
 
 
 def _pack(batch, config, seed: int, windows_only: bool):
-    return pack_batch(batch, for_group(config, batch.group), seed, windows_only)
+    with progress.working("pack", key=batch.group.name):
+        return pack_batch(batch, for_group(config, batch.group), seed, windows_only)

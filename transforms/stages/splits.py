@@ -21,6 +21,7 @@ from transforms.core.normalize import NormalizeConfig
 from transforms.core.records import EncodedBlock
 from transforms.core.splits import SplitPlan, route_batch
 from transforms.core.timing import TIME_PREFIX
+from transforms.io import progress
 
 __all__ = ["RouteDocuments", "SeparateRest", "REST"]
 
@@ -29,7 +30,8 @@ REST = "rest"
 
 def _route(batch, plan: SplitPlan, normalize: Optional[NormalizeConfig]):
     started = time.perf_counter()
-    parts, rest = route_batch(batch, plan, normalize)
+    with progress.working("normalize", nbytes=batch.progress_bytes):
+        parts, rest = route_batch(batch, plan, normalize)
     rest.totals[TIME_PREFIX + "normalize"] += int((time.perf_counter() - started) * 1000)
     yield from parts
     # As a block of no rows, so it is stored and found again on resume like any output's share.

@@ -7,6 +7,7 @@ import apache_beam as beam
 from transforms.core.records import PerPart, RowBlock, for_group
 from transforms.core.summarization import SummarizationConfig, summarization_batch
 from transforms.core.timing import timed
+from transforms.io import progress
 from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["BuildSummarizationRows"]
@@ -24,4 +25,5 @@ class BuildSummarizationRows(beam.PTransform):
 
 
 def _rows(batch, config):
-    return summarization_batch(batch, for_group(config, batch.group))
+    with progress.working("pack", key=batch.group.name):
+        return summarization_batch(batch, for_group(config, batch.group))

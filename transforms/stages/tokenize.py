@@ -95,6 +95,7 @@ class _TokenizeFn(beam.DoFn):
 
     def _encode(self, texts: list[str], progress_share: int, documents: int) -> tuple[float, float, list, Tally]:
         started = time.perf_counter()
+        progress.begin("tokenize")
         with encoder_tally() as checks:  # what fastokens' cross-check did for these texts (fast.py)
             if self._append_eos:
                 out = tokenize_documents(self._tokenizer, texts, split_len=self._split_len,
@@ -102,9 +103,9 @@ class _TokenizeFn(beam.DoFn):
             else:
                 out = self._tokenizer.encode_batch(texts)
         # The work the progress bar follows: this slice's share of the input, done.
-        progress.advance(progress_share)
         progress.count("documents", documents)
         progress.count("tokens", sum(len(ids) for ids in out))
+        progress.end("tokenize", progress_share)  # after its tokens: the later stages' costs follow them
         return started, time.perf_counter(), out, checks
 
     def process(self, batch: DocBatch, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
@@ -113,12 +114,13 @@ class _TokenizeFn(beam.DoFn):
         for k in range(n_keys):
             texts = [d.values[k] for d in batch.docs]
             slices.extend((k, texts[lo:hi]) for lo, hi in _batches(texts, TOKENIZE_BATCH_CHARS))
-        # Part of the group's share is advanced as its slices are encoded, the rest by EncodeRows.
-        tokenizing = int(batch.progress_bytes * progress.TOKENIZE_SHARE) if slices else 0
-        progress.expect(batch.group.name, batch.progress_bytes - tokenizing)
+        # Every stage does the group's whole share: this one as its slices are encoded, the later ones settle it.
+        progress.expect(batch.group.name, batch.progress_bytes)
+        if not slices:
+            progress.done("tokenize", batch.progress_bytes)
         weights = [sum(map(len, texts)) for _, texts in slices]
         parts: list = [[] for _ in range(n_keys)]
-        for (k, texts), share in zip(slices, progress.shares(tokenizing, weights)):
+        for (k, texts), share in zip(slices, progress.shares(batch.progress_bytes, weights)):
             parts[k].append(self._pool.submit(self._encode, texts, share, len(texts) if k == 0 else 0))
         self._pending.append(_InFlight(batch.group, batch.stats, parts, window, timestamp))
         # The newest group is encoded while the older ones go on downstream. A split job's group arrives as

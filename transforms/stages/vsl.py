@@ -7,6 +7,7 @@ import apache_beam as beam
 from transforms.core.records import PerPart, WindowBlock, for_group
 from transforms.core.timing import timed
 from transforms.core.vsl import VslConfig, vsl_lm_batch, vsl_summarization_batch
+from transforms.io import progress
 from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["PackDocumentsVsl"]
@@ -34,8 +35,10 @@ class PackDocumentsVsl(beam.PTransform):
 
 
 def _pairs(batch, config):
-    return vsl_summarization_batch(batch, for_group(config, batch.group))
+    with progress.working("pack", key=batch.group.name):
+        return vsl_summarization_batch(batch, for_group(config, batch.group))
 
 
 def _documents(batch, config, seed: int):
-    return vsl_lm_batch(batch, for_group(config, batch.group), seed)
+    with progress.working("pack", key=batch.group.name):
+        return vsl_lm_batch(batch, for_group(config, batch.group), seed)
