@@ -58,9 +58,7 @@ MODULES = {
     "intermediate": ("transforms/io/intermediate.py", ["tests/test_spill_store.py"]),
     "dead_letters": ("transforms/io/dead_letters.py", ["tests/test_dead_letter_sink.py", "tests/test_dead_letters.py"]),
     "manifest": ("transforms/io/manifest.py", ["tests/test_manifest.py"]),
-    # The sink is reached only through whole pipelines: slow per mutant, so not in the default set.
-    "hdf5_sink": ("transforms/io/hdf5_sink.py", ["tests/test_golden_lm.py", "tests/test_spill.py",
-                                                 "tests/test_threads.py", "tests/test_shuffle_resume.py"]),
+    "hdf5_sink": ("transforms/io/hdf5_sink.py", ["tests/test_hdf5_sink.py"]),
 }
 DEFAULT = ("pack", "summarization", "fim", "stats", "sharding", "seeds", "units", "records", "readers", "read_corpus",
            "vsl", "vsl_chunks", "splits", "sampler", "hf")
