@@ -583,7 +583,7 @@ def test_the_composites_tell_the_bar_their_compressor_and_row_width(gpt2, monkey
     monkeypatch.setattr(hdf5_sink.progress, "compressor", lambda compress: told.append(("compressor", compress)))
     monkeypatch.setattr(hdf5_sink.progress, "row_width", lambda features: told.append(("row_width", features)))
     p = beam.Pipeline(options=PipelineOptions(["--runner", "FnApiRunner"]))
-    rows = p | _create([RowBlock(_group(0), _lm_rows([3], 8))])
+    rows = p | beam.Create([RowBlock(_group(0), _lm_rows([3], 8))])
     _ = rows | EncodeRows(RowFormat(8, PAD, False, False), gpt2[0], gzip_level=6) | WriteHdf5Shards(
         output_dir="unused", output_name="x", files_per_record=5, max_seq_length=8, features=5)
     ((kind, compress), width) = told
@@ -607,20 +607,13 @@ def test_encode_fn_builds_its_detokenizer_once(gpt2, monkeypatch):
 # ---------------------------------------------------------------- the composites, in a pipeline
 
 
-def _create(values):
-    """The values as a PCollection, each pickled as a plain value. beam.Create would encode them with the coder
-    Beam's registry gives their type, BatchCoder (transforms/io/coders.py), whose encode() is not implemented
-    outside a running pipeline's channels; the composites are what is tested here."""
-    return beam.Create(range(len(values)), reshuffle=False) | beam.Map(values.__getitem__)
-
-
 def test_the_composites_in_a_pipeline(gpt2, tmp_path):
     files, tok = gpt2
     groups = {_group(2): 9, _group(0): 14, _group(1, 1): 6}
     blocks = [RowBlock(g, _tagged_rows_lm(g, n)) for g, n in groups.items()]
     write_shard(str(tmp_path / shard_name("examples", 1)), _tagged_rows(_group(9), 3, msl=8))  # an earlier job's
     p = beam.Pipeline(options=PipelineOptions(["--runner", "FnApiRunner"]))
-    encoded = (p | _create(blocks)
+    encoded = (p | beam.Create(blocks, reshuffle=False)
                | EncodeRows(RowFormat(8, PAD, False, False), files, gzip_level=6, process_cpus=1))
     # the encoder says what it outputs, which is how Beam's registry finds the batches' coder (transforms/io/coders.py)
     assert encoded.element_type is EncodedBlock
@@ -645,7 +638,7 @@ def test_the_writer_composite_for_a_split_job(tmp_path):
     write_shard(str(dirs[1] / shard_name("x", 0)), _tagged_rows(_group(9), 2, msl=7))  # committed before: kept
     blocks = [_block(_group(0, part=0), 3, 4), _block(_group(1, part=0), 2, 4), _block(_group(0, part=1), 5, 7)]
     p = beam.Pipeline(options=PipelineOptions(["--runner", "FnApiRunner"]))
-    shards = (p | _create(blocks)
+    shards = (p | beam.Create(blocks, reshuffle=False)
               | WriteHdf5Shards(output_dir=PerPart(tuple(str(d) for d in dirs)), output_name="x",
                                 files_per_record=4, max_seq_length=PerPart((4, 7)), num_output_files=2,
                                 keep_existing=True))

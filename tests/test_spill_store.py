@@ -364,13 +364,6 @@ def test_skip_fn_with_splits_needs_every_share(tmp_path, bar):
 # ---------------------------------------------------------------- intermediate.py: the composites
 
 
-def _create(values):
-    """The values as a PCollection, each pickled as a plain value. beam.Create would encode them with the coder
-    Beam's registry gives their type, BatchCoder (transforms/io/coders.py), whose encode() is not implemented
-    outside a running pipeline's channels; the composites are what is tested here."""
-    return beam.Create(range(len(values)), reshuffle=False) | beam.Map(values.__getitem__)
-
-
 def _pipeline() -> beam.Pipeline:
     return beam.Pipeline(options=PipelineOptions(["--runner", "FnApiRunner"]))
 
@@ -381,14 +374,14 @@ def test_the_composites_store_and_skip_groups(tmp_path):
     blocks = [EncodedBlock(g, 2, rows=EncodedRows.from_chunks(_chunks(2, seed=i)), stats=Stats())
               for i, g in enumerate(groups[:2])]
     p = _pipeline()
-    stored = p | "Blocks" >> _create(blocks) | StoreGroups(directory)
+    stored = p | "Blocks" >> beam.Create(blocks) | StoreGroups(directory)
     assert_that(stored | beam.Map(lambda b: (b.group.file_index, b.n_rows, b.rows is None, b.stored.local)),
                 equal_to([(0, 2, True, True), (1, 2, True, True)]))
     p.run().wait_until_finish()
     assert [find_spilled(directory, g) is not None for g in groups] == [True, True, False]
 
     p = _pipeline()
-    skipped = p | "Batches" >> _create([_batch(g) for g in groups]) | SkipStoredGroups(directory)
+    skipped = p | "Batches" >> beam.Create([_batch(g) for g in groups]) | SkipStoredGroups(directory)
     assert_that(skipped.todo | "Todo" >> beam.Map(lambda b: b.group.file_index), equal_to([2]), label="todo")
     assert_that(skipped[STORED] | "Stored" >> beam.Map(lambda b: b.group.file_index), equal_to([0, 1]),
                 label="stored")
@@ -405,6 +398,6 @@ def test_skip_stored_groups_of_a_split_job(tmp_path):
     for k in plan.parts_of(group.relpath):
         spill_group(directory, dataclasses.replace(group, part=k), EncodedRows.from_chunks([]), Stats())
     p = _pipeline()
-    skipped = p | _create([_batch(group)]) | SkipStoredGroups(directory, plan)
+    skipped = p | beam.Create([_batch(group)]) | SkipStoredGroups(directory, plan)
     assert_that(skipped[STORED] | beam.Map(lambda b: b.group.part), equal_to([0, 1, 3]))
     p.run().wait_until_finish()
