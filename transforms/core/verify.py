@@ -418,11 +418,14 @@ class RowChecker:
             self._add("shift", rows_hit, f"row {start + r}, position {p}: label {int(lab[r, p])}, "
                                          f"next input_id {int(inp[r, p + 1])}")
 
-        # Padding after the real part.
+        # Padding after the real part; labels from the last trained position on (Summarization and FIM: the
+        # trailing EOS input's label is padding too, x[end + 1], which no next input repeats when it is the
+        # row's last position).
         if spec.pad_id is not None:
             after = pos >= real[:, None]
-            for name, ids in (("input_ids", inp), ("labels", lab)):
-                bad = after & (ids != spec.pad_id)
+            after_loss = pos >= end[:, None]
+            for name, ids, scope in (("input_ids", inp, after), ("labels", lab, after_loss)):
+                bad = scope & (ids != spec.pad_id)
                 if bad.any():
                     r, p = _first(bad)
                     self._add(f"pad_{name}", int(bad.sum()),
@@ -669,7 +672,7 @@ def _describe(kind: str, count: int, example: str, extra: Any, vocab: Optional[i
     if kind == "pad_attention_mask":
         return (f"{count} padding position{' is' if count == 1 else 's are'} trained: {mask_name} not {extra} "
                 f"(first: {example})")
-    if kind == "pad_labels" and spec.mode == DPO:
+    if kind == "pad_labels" and spec.trailing_eos_input:
         return f"{count} labels after the last trained position are not pad_id {extra} (first: {example})"
     if kind.startswith("pad_"):
         return f"{count} {kind[4:]} after the real part are not pad_id {extra} (first: {example})"
