@@ -36,10 +36,10 @@ from transforms.core.threads import process_threads
 from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.io import fs, progress
+from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 from transforms.io.compressors import as_codec
 from transforms.io.hdf5_format import GZIP_LEVEL, WRITE_BATCH_ROWS, encode_batches, shard_n_examples, write_chunks
 from transforms.io.spill import load_spilled, read_spilled
-from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["EncodeRows", "WriteHdf5Shards", "ShardResult", "RowFormat"]
 

@@ -30,9 +30,9 @@ from transforms.core.stats import Stats
 from transforms.core.timing import TIME_PREFIX
 from transforms.core.units import jsonl_units, parquet_units, whole_file
 from transforms.io import fs, progress
+from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 from transforms.io.discover import extension_of
 from transforms.io.readers import StreamPosition, file_size, parquet_shape, read_records
-from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["ReadCorpus", "ReadInputManifest", "write_input_manifest", "plan_units", "DOCS", "DEAD_LETTERS",
            "DEAD_LETTER_PART_RECORDS", "FAN_OUT_BYTES"]
