@@ -494,16 +494,24 @@ def _oracle_mask(template, messages):
 
 
 def test_generation_blocks_at_the_edges_as_transformers():
-    """transformers' quirks: a block with no token at its start ends the mask; a block whose last token is the
-    first token trains to the end."""
+    """A token is trained when its characters overlap a generation block, as transformers (5.24 on) marks it. The
+    old quirks are not copied: a block whose last token is the text's first does not train to the end, and an empty
+    block trains nothing and stops nothing."""
     from tests.chat_helpers import backend as real_backend
 
     messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
     body = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}{% generation %}"
             "{{ m.content }}<|im_end|>{% endgeneration %}{% else %}{{ m.content }}<|im_end|>{% endif %}\n{% endfor %}")
-    for template in (body + "{% generation %}{% endgeneration %}",
-                     "{% generation %}<|im_start|>{% endgeneration %}" + body):
+    cases = [(body + "{% generation %}{% endgeneration %}", ["yo", "<|im_end|>"]),
+             ("{% generation %}{% endgeneration %}" + body, ["yo", "<|im_end|>"]),
+             ("{% generation %}<|im_start|>{% endgeneration %}" + body, ["<|im_start|>", "yo", "<|im_end|>"]),
+             # a block from the middle of a token: the whole token is trained
+             ("{% for m in messages %}{{ m.role[:2] }}{% generation %}{{ m.role[2:] }}{% endgeneration %}:"
+              "{{ m.content }}\n{% endfor %}", ["user", "assistant"])]
+    for template, trained_pieces in cases:
         got = ChatEncoder(ChatRenderer(template, {}), real_backend("qwen2.5-instruct")).encode(messages)
+        pieces = [got.text[a:b] for (a, b), t in zip(got.offsets.tolist(), got.trained) if t]
+        assert pieces == trained_pieces, template
         assert got.trained.astype(int).tolist() == _oracle_mask(template, messages)
 
 

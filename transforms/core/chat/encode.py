@@ -29,10 +29,12 @@ message when the conversation ends with the assistant's) is
 ChatError("content_not_found").
 
 **Loss** (`trained[t]`: token t is a trained target). With `{% generation %}`
-blocks in the template it is transformers' `return_assistant_tokens_mask`:
-for each block (start, end), the tokens from `char_to_token(start)` to
-`char_to_token(end - 1)` (to the last token if that is None or 0; blocks
-after one whose start has no token are ignored). Otherwise it is this rule:
+blocks in the template it is transformers' `return_assistant_tokens_mask`
+(5.24 on): a token is trained when its characters overlap a block's. (Before
+5.24 transformers took `char_to_token(start)` to `char_to_token(end - 1)`,
+which trained everything to the end of the text when a block's last token was
+the text's first, and dropped every later block after one whose start had no
+token; we never copied that.) Otherwise it is this rule:
 
     An assistant turn's characters are its content's characters, extended
     to the left over the whitespace right before the content, and to the
@@ -240,7 +242,7 @@ class ChatEncoder:
         text, offsets = tok.text, tok.offsets
         if self.uses_markers:
             blocks = tok.generation if train_on_all_assistant_turns else tok.generation[-1:]
-            trained = _marker_mask(blocks, offsets)
+            trained = _overlap_mask(blocks, offsets)
         else:
             assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
             if not train_on_all_assistant_turns:
@@ -433,26 +435,9 @@ def _encoder(renderer: ChatRenderer, backend: tokenizers.Tokenizer, generation_m
     return ChatEncoder(renderer, backend, generation_markers=generation_markers)
 
 
-def _char_to_token(offsets: np.ndarray, pos: int) -> Optional[int]:
-    """tokenizers' `Encoding.char_to_token`: the first token whose characters contain `pos`."""
-    hit = np.flatnonzero((offsets[:, 0] <= pos) & (pos < offsets[:, 1]))
-    return int(hit[0]) if len(hit) else None
-
-
-def _marker_mask(blocks, offsets: np.ndarray) -> np.ndarray:
-    """transformers' `return_assistant_tokens_mask` from generation blocks, quirks included."""
-    total = len(offsets)
-    mask = np.zeros(total, dtype=bool)
-    for start, end in blocks:
-        first = _char_to_token(offsets, start)
-        last = _char_to_token(offsets, end - 1)
-        if first is None:
-            break
-        mask[first:(last + 1 if last else total)] = True
-    return mask
-
-
 def _overlap_mask(char_spans, offsets: np.ndarray) -> np.ndarray:
+    """Tokens whose characters overlap one of `char_spans`: an empty span (a, a) marks only a token with a
+    character on each side of a, as transformers' mask does."""
     mask = np.zeros(len(offsets), dtype=bool)
     for a, b in char_spans:
         mask |= (offsets[:, 0] < b) & (offsets[:, 1] > a)
