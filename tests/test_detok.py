@@ -61,6 +61,28 @@ def test_random_rows_match_the_decoder(gpt2_counter, data):
     assert gpt2_counter._fast(arrays) == gpt2_counter._slow(arrays)
 
 
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_count_rows_of_a_padded_array_matches_the_decoder(gpt2_counter, data):
+    """count_rows(ids [n, L], lengths): each row's first lengths[i] ids, decoded; what lies beyond is padding
+    that must not count (here a split-character id, which would change the count if it leaked in)."""
+    split = _split_ids(gpt2_counter)
+    size = len(gpt2_counter._table.pieces)
+    token = st.one_of(st.sampled_from(split.tolist()), st.integers(0, size - 1))
+    width = data.draw(st.integers(1, 12))
+    rows = data.draw(st.lists(st.lists(token, max_size=width), max_size=6))
+    whole = data.draw(st.booleans())
+    if whole:  # every row full: the path that takes the array as it is
+        rows = [r + [int(split[0])] * (width - len(r)) for r in rows]
+    ids = np.full((len(rows), width), split[0], dtype=np.int32)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = r
+    lengths = np.array([len(r) for r in rows], dtype=np.int64)
+    expected = gpt2_counter._slow([np.asarray(r, dtype=np.int32) for r in rows])
+    assert gpt2_counter.count_rows(ids, lengths) == expected
+    assert gpt2_counter.count_rows(np.ascontiguousarray(ids.T).T, lengths) == expected  # a strided view too
+
+
 @pytest.mark.skipif(not NEOX_JSON.is_file(), reason=f"{NEOX_JSON} not found (../shared is absent)")
 def test_neox_table_matches_decoder():
     tok = build_tokenizer(read_tokenizer_files(NEOX, encoder_file=str(NEOX_JSON)))

@@ -33,6 +33,7 @@ class _ByteTable:
         # Sizes of the pieces that are valid UTF-8 on their own, 0 for the others.
         self.nbytes = np.array([len(p) for p in pieces], dtype=np.int64) * self.whole
         self.nchars = np.array([len(t) if t is not None else 0 for t in texts], dtype=np.int64)
+        self.split_ids = np.flatnonzero(~self.whole)
 
 
 def _utf8_or_none(data: bytes) -> Optional[str]:
@@ -94,11 +95,29 @@ class DetokCounter:
         """rows: int arrays of token ids -> (chars, utf-8 bytes) of their decoded texts, summed."""
         return self._fast(rows) if self._table is not None else self._slow(rows)
 
+    def count_rows(self, ids: np.ndarray, lengths: np.ndarray) -> tuple[int, int]:
+        """`count([ids[i, :lengths[i]] for every row i])` of a [n, L] array, without a list of slices."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if self._table is None:
+            return self._slow([ids[i, :k] for i, k in enumerate(lengths.tolist())])
+        if len(ids) and bool((lengths == ids.shape[1]).all()):
+            flat = ids.reshape(-1)  # whole rows (nearly every row of a job): one copy at most
+        else:
+            flat = ids[np.arange(ids.shape[1])[None, :] < lengths[:, None]]  # row by row, in order
+        return self._sizes(flat, lengths)
+
     def _slow(self, rows: list) -> tuple[int, int]:
         texts = self._tok.decode_batch([np.asarray(r).tolist() for r in rows])
         return sum(len(t) for t in texts), sum(len(t.encode("utf-8", errors="surrogatepass")) for t in texts)
 
     def _fast(self, rows: list) -> tuple[int, int]:
+        rows = [np.asarray(r) for r in rows]
+        if not rows:
+            return 0, 0
+        return self._sizes(np.concatenate(rows), np.array([len(r) for r in rows], dtype=np.int64))
+
+    def _sizes(self, ids: np.ndarray, lengths: np.ndarray) -> tuple[int, int]:
+        """The rows' tokens back to back, and each row's count of them -> (chars, bytes)."""
         # A piece that is valid UTF-8 on its own starts with a character start,
         # so it decodes to itself whatever precedes it, and ends any unfinished
         # sequence before it as the end of the text would. So a row's decoded
@@ -106,15 +125,12 @@ class DetokCounter:
         # each run of other pieces (split characters, stray bytes), cut at row
         # ends. Such runs are rare and short.
         table = self._table
-        rows = [np.asarray(r) for r in rows]
-        if not rows:
-            return 0, 0
-        ids = np.concatenate(rows)
-        chars = int(table.nchars[ids].sum())
-        nbytes = int(table.nbytes[ids].sum())
-        split = np.flatnonzero(~table.whole[ids])
-        if len(split):
-            row_starts = np.cumsum([0] + [len(r) for r in rows])
+        # One pass over the ids (a count per id), then the sizes as dot products: cheaper than gathering sizes.
+        per_id = np.bincount(ids, minlength=len(table.whole))
+        chars, nbytes = int(per_id @ table.nchars), int(per_id @ table.nbytes)
+        if per_id[table.split_ids].any():
+            split = np.flatnonzero(~table.whole[ids])
+            row_starts = np.concatenate([[0], np.cumsum(lengths)])
             row_of = np.searchsorted(row_starts, split, side="right")
             new_run = np.ones(len(split), dtype=bool)
             new_run[1:] = (np.diff(split) != 1) | (np.diff(row_of) != 0)

@@ -74,6 +74,15 @@ class PackResult:
         rows = np.empty((len(starts), 3, msl), dtype=np.int32)
         if not len(starts):
             return rows
+        full = lengths == msl + 1
+        if full.all():
+            # Every row but a group's last is a whole window: two block copies instead of a gather per position
+            # (a tenth of the time; this runs on every row of a job).
+            windows = np.lib.stride_tricks.sliding_window_view(self.tokens, msl + 1)[starts]
+            rows[:, 0, :] = windows[:, :msl]
+            rows[:, 2, :] = windows[:, 1:]
+            rows[:, 1, :] = 0 if cfg.inverted_mask else 1
+            return rows
         pos = np.arange(msl)
         real = pos[None, :] < (lengths - 1)[:, None]  # input j and label j are w[j], w[j + 1]
         index = np.minimum(starts[:, None] + pos[None, :], len(self.tokens) - 2)
@@ -197,10 +206,11 @@ def pack_documents(docs: Sequence[np.ndarray], cfg: PackConfig, rng: Optional[ra
     dropped: Counter = Counter()
     used = 0
     if len(docs):
-        kept_per_doc = np.add.reduceat((fate == 0).astype(np.int64), offsets[:-1])
-        for i in np.flatnonzero(kept_per_doc == 0):
+        # Per document: is any of its tokens written? (On bools: a count per token would be 8 bytes a token.)
+        kept_any = np.logical_or.reduceat(fate == 0, offsets[:-1])
+        for i in np.flatnonzero(~kept_any):
             dropped[_FATE_REASON[int(fate[offsets[i]])]] += 1
-        used = int(np.count_nonzero(kept_per_doc))
+        used = int(np.count_nonzero(kept_any))
     empty = np.zeros(0, np.int64)
     return PackResult(tokens=tokens, starts=np.concatenate(starts) if starts else empty,
                       lengths=np.concatenate(spans) if spans else empty, docs_used=used, dropped=dropped,

@@ -125,8 +125,8 @@ class _EncodeFn(beam.DoFn):
             lengths = real_lengths(rows, fmt.inverted_mask, fmt.trailing_eos_input)
             counters = row_stats(rows, fmt.inverted_mask, fmt.trailing_eos_input, lengths=lengths)
             counters["num_sequences"] = n  # examples, whatever the sides
-            counters["detokenized_chars"], counters["detokenized_bytes"] = self._detok.count(
-                [rows[i, 0, :k] for i, k in enumerate(lengths.tolist())])
+            counters["detokenized_chars"], counters["detokenized_bytes"] = self._detok.count_rows(rows[:, 0, :],
+                                                                                                 lengths)
             for key, value in counters.items():
                 stats.totals[H5_ROWS + key] += int(value)
 
