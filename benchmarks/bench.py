@@ -168,14 +168,6 @@ def prepare_large(corpora: list[Path], gigabytes: float, work: Path) -> Path:
     return out_dir
 
 
-MEASURE = r"""
-import resource, sys
-from pipelines.create_hdf5_dataset import main
-code = main(sys.argv[1:])
-peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-print(f"BENCH {code} {peak}", file=sys.stderr)
-sys.exit(code)
-"""
 
 
 def prepare_chat(input_dir: Path, work: Path) -> None:
@@ -216,13 +208,20 @@ def run_config(name: str, input_dir: Path, work: Path, msl: int) -> dict:
         tokenizer = ["--tokenizer_type", "HuggingFaceTokenizer", "--huggingface_tokenizer", str(QWEN)]
     args = [mode, "--input_dir", str(input_dir), "--output_dir", str(out), *tokenizer,
             "--max_seq_length", str(msl), "--display_pbar", "False", *extra]
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", MEASURE, *args], cwd=ROOT, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    line = [x for x in proc.stderr.splitlines() if x.startswith("BENCH ")]
-    if proc.returncode != 0 or not line:
-        raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
-    _, code, peak_kb = line[-1].split()
+    # The command as a user runs it (its own exit path included), timed from start to exit; the peak RSS is
+    # this child's (and its descendants'), from wait4, so nothing else this process started counts.
+    with tempfile.TemporaryFile() as stderr:
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "pipelines.create_hdf5_dataset", *args], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=stderr)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        stderr.seek(0)
+        err = stderr.read().decode("utf-8", "replace")
+    if proc.returncode != 0:
+        raise SystemExit(f"{name} failed:\n{err[-3000:]}")
+    peak_kb = usage.ru_maxrss
     params = json.loads((out / "data_params.json").read_text())
     shutil.rmtree(out)
     return {"seconds": float(seconds), "peak_rss_mb": int(peak_kb) / 1024, "params": params}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -77,6 +78,24 @@ def test_demo_corpus_end_to_end_with_yaml_and_beam_options(tmp_path):
     assert params["processing"]["max_seq_length"] == 256 and params["dataset"]["min_sequence_len"] == 20
     assert params["setup"]["dataset_processor"] == "LMDataPreprocessor"
     assert not [p for p in out.iterdir() if p.name.startswith(".tmp") or p.suffix == ".partial"]
+
+
+def test_the_command_ends_with_its_code_and_everything_flushed(tmp_path):
+    """The command leaves without tearing the interpreter down (cli()): what it wrote must be whole, its
+    summary must reach a pipe, and main()'s code must be the process's."""
+    out = tmp_path / "out"
+    proc = _cli(["LMData", "--input_dir", str(SAMPLE), *_gpt2_args(out), "--max_seq_length", "256",
+                 "--runner", "FnApiRunner", "--max_bad_record_fraction", "0"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.rstrip().splitlines()[-1].startswith("Wrote ")
+    params = json.loads((out / "data_params.json").read_text())
+    assert sum(params["files"].values()) == params["post-process"]["n_examples"] > 0
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "a.jsonl").write_text('{"text": "a good line of text, long enough to keep"}\nnot json\n')
+    proc = _cli(["LMData", "--input_dir", str(bad), *_gpt2_args(tmp_path / "out_bad"), "--max_seq_length", "256",
+                 "--runner", "FnApiRunner", "--max_bad_record_fraction", "0", "--min_sequence_len", "2"])
+    assert proc.returncode == 3 and "more than max_bad_record_fraction" in proc.stderr, proc.stderr
 
 
 def test_dockerfile_beam_version_matches_setup():
