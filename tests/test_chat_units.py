@@ -147,6 +147,42 @@ def test_a_character_of_several_tokens_is_cut_whole():
     assert out.turns[0].content[0] == out.turns[0].content[1] and len(out) == len(only) - 3
 
 
+def _byte_merging_tokenizer():
+    """Byte-level BPE whose merges join "<" with the first byte of the euro sign (three UTF-8 bytes) and its last
+    byte with ">": in "<€>" the sign's middle byte is the only token within the sign, and it shares the sign with
+    the tokens on both sides."""
+    import tokenizers
+    from tokenizers import decoders, models, pre_tokenizers
+
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), 256)]
+    others = [b for b in range(256) if b not in printable]
+    byte_char = {**{b: chr(b) for b in printable}, **{b: chr(256 + k) for k, b in enumerate(others)}}  # GPT-2's
+    vocab = {byte_char[b]: b for b in range(256)}
+    first, _, last = (byte_char[b] for b in "€".encode())
+    merges = [("<", first), (last, ">")]
+    vocab.update({a + b: 256 + k for k, (a, b) in enumerate(merges)})
+    tok = tokenizers.Tokenizer(models.BPE(vocab, merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+@pytest.mark.parametrize("mode", [R.KEEP_START, R.KEEP_END])
+def test_a_content_without_a_cut_point_counts_for_nothing(mode):
+    """A user content whose only token shares its character with the template's tokens on both sides cannot be cut
+    (cuts fall between characters): it removes nothing, so the whole excess, and no more, comes from the
+    assistant."""
+    tok = _byte_merging_tokenizer()
+    enc = ChatEncoder(ChatRenderer("{% for m in messages %}<{{ m.content }}>{% endfor %}", {}), tok)
+    e = enc.encode([{"role": "user", "content": "€"}, {"role": "assistant", "content": "wxyz"}])
+    assert e.text == "<€><wxyz>" and e.offsets[:3].tolist() == [[0, 2], [1, 2], [1, 3]]
+    out = R.truncate(e, limit=len(e) - 1, mode=mode)
+    assert len(out) == len(e) - 1
+    assert out.ids[:3].tolist() == e.ids[:3].tolist()  # the euro sign's tokens all stay
+    a, b = out.turns[1].content
+    assert tok.decode(out.ids[a:b].tolist()) == "wxy"
+
+
 # ------------------------------------------------------------------------------------------------ DPO records
 
 
@@ -675,6 +711,77 @@ def test_an_assistant_turn_never_extends_into_the_next_content_in_the_text():
     assert text_of(got.ids) == "<u>q<a>ab  s</s>"
     assert got.trained.astype(int).tolist() == [0, 0, 0, 1, 1, 0, 0, 0, 0]
     assert [t.turn for t in got.turns] == [(5, 9), (0, 3), (3, 5)]  # "<a>" follows "q": the end of its turn
+
+
+def test_a_message_the_template_leaves_out_is_refused_naming_it():
+    """The contents are located by rendering sentinels: one whose sentinel the template never writes is not in the
+    text, and the error names it (not a content searched for and missed)."""
+    skip = ("{% for m in messages %}{% if m.role != 'system' %}{{ {'user': '<u>', 'assistant': '<a>'}[m.role] }}"
+            "{{ m.content }}</s>{% endif %}{% endfor %}")
+    for messages in ([{"role": "system", "content": "zz"}, {"role": "user", "content": "q"},
+                      {"role": "assistant", "content": "a"}],
+                     [{"role": "user", "content": "q"}, {"role": "system", "content": "zz"},
+                      {"role": "assistant", "content": "a"}]):
+        err = chat_error(encoder(skip).encode, messages)
+        where = [m["role"] for m in messages].index("system")
+        assert (err.reason, err.detail) == ("content_not_found",
+                                            f"the template does not render message {where} (system)")
+
+
+def test_an_assistant_turn_never_takes_the_next_contents_special_token_text():
+    """The content after the assistant's starts with end-of-turn text: that text is the next content's (encoded
+    as plain characters), so the assistant turn ends with its own content."""
+    late = ("{% for m in messages[1:] %}{{ {'user': '<u>', 'assistant': '<a>'}[m.role] }}{{ m.content }}{% endfor %}"
+            "{{ messages[0].content }}</s>")
+    got = encoder(late).encode([{"role": "system", "content": "</s>s"}, {"role": "user", "content": "q"},
+                                {"role": "assistant", "content": "ab"}])
+    assert got.text == "<u>q<a>ab</s>s</s>"
+    assert got.ids.tolist() == ids("<u>q<a>ab") + [backend().token_to_id(c) for c in "</s>s"] + ids("</s>")
+    assert got.trained.astype(int).tolist() == [0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0]
+    assert [t.turn for t in got.turns] == [(5, 11), (0, 3), (3, 5)]
+
+
+def test_special_token_text_read_through_the_normalizer_is_content():
+    """A special token matched after normalization (lowercased: "</S>" reads as "</s>") inside a content is the
+    content's text, encoded as plain characters, although the template writes the token's own text after it."""
+    from tokenizers import AddedToken, normalizers
+
+    tok = char_tokenizer()
+    tok.normalizer = normalizers.Lowercase()
+    tok.add_special_tokens([AddedToken("</s>", special=True, normalized=True)])
+    eos = tok.token_to_id("</s>")
+    enc = ChatEncoder(ChatRenderer("{% for m in messages %}{{ m.content }}</s>{% endfor %}", {}), tok)
+    assert tok.encode("a</S>b", add_special_tokens=False).ids[1] == eos  # the tokenizer's reading
+    got = enc.encode([{"role": "user", "content": "a</S>b"}, {"role": "assistant", "content": "c"}])
+    plain = [tok.token_to_id(c) for c in "a</s>b"]
+    assert got.ids.tolist() == plain + [eos, tok.token_to_id("c"), eos]
+    assert [got.text[s:e] for s, e in got.offsets][:6] == ["a", "<", "/", "S", ">", "b"]
+
+
+def test_special_token_text_the_template_writes_around_an_empty_content_is_the_templates():
+    """An empty content holds no character, so a special token whose text the template writes on both sides of
+    it stays the template's token."""
+    split = "{% for m in messages %}<{{ m.content }}u>{% endfor %}"
+    got = encoder(split).encode([{"role": "system", "content": ""}, {"role": "user", "content": "q"},
+                                 {"role": "assistant", "content": "a"}])
+    assert got.text == "<u><qu><au>" and got.turns[0].chars == (1, 1)
+    assert got.ids.tolist() == ids("<u><qu><au>")
+
+
+def test_a_piece_is_encoded_alone_first():
+    """A tokenizer without a pre-tokenizer reads the text between special tokens as one word, so any text put
+    before a piece changes its tokens: the piece around special-token text is encoded alone, as it stands."""
+    import tokenizers
+    from tokenizers import AddedToken, models
+
+    vocab = {"?": 0, "a": 1, "b": 2, "c": 3, "a</s>b": 4}
+    tok = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="?"))
+    tok.add_special_tokens([AddedToken("</s>", special=True, normalized=False)])
+    eos = tok.token_to_id("</s>")
+    enc = ChatEncoder(ChatRenderer("{% for m in messages %}{{ m.content }}</s>{% endfor %}", {}), tok)
+    got = enc.encode([{"role": "user", "content": "a</s>b"}, {"role": "assistant", "content": "c"}])
+    assert got.ids.tolist() == [4, eos, 3, eos]
+    assert got.offsets.tolist() == [[0, 6], [6, 10], [10, 11], [11, 15]]
 
 
 def test_a_template_whose_text_looks_like_a_sentinel():
