@@ -233,30 +233,32 @@ def run_setting(name: str, work: Path, args) -> dict:
     return {"seconds": ended, "full": full, "frames": len(frames), "prior": prior, **errors}
 
 
-def _unit() -> float:
-    """What the bar's priors are in units of: this machine's time now to compress an int32 with the default
-    compressor (as the job times it when its graph is built)."""
+def _unit() -> dict:
+    """What the bar's priors are in units of, per row width: this machine's time now to compress a position of
+    rows that wide with the default compressor, as the encoder does (as the job times it when its graph is
+    built)."""
     from transforms.io.compressors import DEFAULT_COMPRESSOR, Codec
-    from transforms.io.progress import seconds_per_value
+    from transforms.io.progress import seconds_per_position
 
-    return seconds_per_value(Codec(DEFAULT_COMPRESSOR, 4).compress())
+    return {features: seconds_per_position(Codec(DEFAULT_COMPRESSOR, 4), features) for features in (3, 5, 6)}
 
 
-def _prior_over_measured(params: dict, unit: float, kind: str, mode: str) -> float:
-    """The time the bar assumed for pack and encode before they measured their own (ROWS_COST), over the time
-    they took (the job's run.stage_seconds): how good a prior ROWS_COST is on this machine."""
+def _prior_over_measured(params: dict, unit: dict, kind: str, mode: str) -> float:
+    """The time the bar assumed for pack and encode before they measured their own (ROWS_COST per position of
+    the rows to come), over the time they took (the job's run.stage_seconds): how good a prior ROWS_COST is on
+    this machine."""
     from transforms.io.progress import ROWS_COST
 
     stages = params.get("run", {}).get("stage_seconds", {})
     chat = kind in ("chat", "dpo")
-    if mode in ("Chat", "DPO"):  # padded rows: the bar counts their positions
-        tokens = params["post-process"]["n_examples"] * params["processing"]["max_seq_length"]
-    else:
+    if chat:  # the chat stage tells the bar its rows' positions, padding included, once they are laid out
+        positions = params["post-process"]["n_examples"] * params["processing"]["max_seq_length"]
+    else:  # the text modes: the tokens produced
         outputs = params.get("outputs") or [params]
-        tokens = sum(o.get("h5_dataset_stats", {}).get("non_pad_tokens", 0) for o in outputs) or \
+        positions = sum(o.get("h5_dataset_stats", {}).get("non_pad_tokens", 0) for o in outputs) or \
             sum(o.get("loss_valid_tokens", 0) for o in outputs)
     features = len(params.get("features", [])) or 3
-    assumed = ROWS_COST["encode"] * unit * features * tokens + (0 if chat else ROWS_COST["pack"] * unit * tokens)
+    assumed = (ROWS_COST["encode"] + (0 if chat else ROWS_COST["pack"])) * unit[features] * positions
     took = stages.get("encode", 0) + (0 if chat else stages.get("pack", 0))
     return assumed / took if took else float("nan")
 

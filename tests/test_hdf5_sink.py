@@ -586,10 +586,10 @@ def test_the_composites_tell_the_bar_their_compressor_and_row_width(gpt2, monkey
     rows = p | beam.Create([RowBlock(_group(0), _lm_rows([3], 8))])
     _ = rows | EncodeRows(RowFormat(8, PAD, False, False), gpt2[0], gzip_level=6) | WriteHdf5Shards(
         output_dir="unused", output_name="x", files_per_record=5, max_seq_length=8, features=5)
-    ((kind, compress), width) = told
+    ((kind, codec), width) = told
     assert kind == "compressor" and width == ("row_width", 5)
     data = np.arange(300, dtype="<i4").tobytes()
-    assert compress(data) == zlib.compress(data, 6)  # a bare level is zlib at that level, as the encoder uses
+    assert codec.compress()(data) == zlib.compress(data, 6)  # a bare level is zlib at that level, as the encoder uses
 
 
 def test_encode_fn_builds_its_detokenizer_once(gpt2, monkeypatch):

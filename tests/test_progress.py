@@ -171,7 +171,7 @@ def test_the_bar_follows_the_estimate_forwards_only_and_reaches_the_total_once(m
     values, bars = recorded
     now = [0.0]
     monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
-    monkeypatch.setattr(progress, "seconds_per_value", lambda *_, **__: 1e-3)
+    monkeypatch.setattr(progress, "seconds_per_position", lambda *_, **__: 1e-3)
 
     def work(stage, seconds, nbytes=0, key=None, tokens=0):
         progress.begin(stage)
@@ -186,7 +186,7 @@ def test_the_bar_follows_the_estimate_forwards_only_and_reaches_the_total_once(m
     progress.start(1000, file=FakeTerminal(), command_started=0.0)
     try:
         progress.row_width(5)
-        assert progress._rows_cost()["encode"] == pytest.approx(progress.ROWS_COST["encode"] * 1e-3 * 5)
+        assert progress._rows_cost()["encode"] == pytest.approx(progress.ROWS_COST["encode"] * 1e-3)
         work("read", 1.0, 600)
         assert values == []  # nothing known before the tokenizer's first report
         progress.expect("a", 600)
@@ -206,6 +206,101 @@ def test_the_bar_follows_the_estimate_forwards_only_and_reaches_the_total_once(m
     assert values == sorted(values) and values[-1] == 1000 and values.count(1000) == 1
     assert progress._overshoot == 0 and bar.n == 1000
 
+
+
+def test_the_bar_times_its_prior_on_rows_of_the_jobs_width_with_its_compressor(monkeypatch):
+    timed = []
+    monkeypatch.setattr(progress, "seconds_per_position",
+                        lambda codec, features: timed.append((codec, features)) or 1e-3 * features)
+    progress.start(1000, file=FakeTerminal(), command_started=0.0)
+    try:
+        progress.compressor("the job's codec")  # told by EncodeRows, then the width by WriteHdf5Shards
+        progress.row_width(5)
+        assert timed[-1] == ("the job's codec", 5)
+        priors = {stage: 5e-3 * cost for stage, cost in progress.ROWS_COST.items()}
+        assert progress._rows_cost() == pytest.approx(priors)
+    finally:
+        progress.finish()
+
+
+@pytest.mark.parametrize("features", [3, 5, 6])
+def test_the_priors_unit_is_a_position_of_the_jobs_rows_compressed_as_the_encoder_does(monkeypatch, features):
+    """The encoder compresses a row of 3 or 6 int32 a position whole with the codec, and a VSL row's token rows
+    through the codec's stream with its counting rows from pieces (compress_vsl_row, which refuses counting rows
+    that are not ramps): the unit is the same work on rows of the job's width, per position."""
+    from transforms.io import vsl_chunks
+    from transforms.io.compressors import Codec
+
+    codec = Codec("zlib", 3)
+    whole, vsl = [], []
+    real_compress, real_vsl = Codec.compress, vsl_chunks.compress_vsl_row
+    monkeypatch.setattr(Codec, "compress",
+                        lambda self: lambda data: whole.append((self, data)) or real_compress(self)(data))
+    monkeypatch.setattr(vsl_chunks, "compress_vsl_row",
+                        lambda row, lengths, c: vsl.append((row.shape, c)) or real_vsl(row, lengths, c))
+    ticks = iter(range(100))
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: float(next(ticks)))  # every timed pass: 1 s
+    assert progress.seconds_per_position(codec, features, rows=4, msl=1024, repeats=2) == 1 / (4 * 1024)
+    if features == 5:
+        assert whole == [] and vsl == [((5, 1024), codec)] * 8
+    else:
+        assert vsl == [] and [(c, len(data)) for c, data in whole] == [(codec, features * 1024 * 4)] * 8
+        if features == 6:  # a DPO row's sides are different sequences, as a real pair's responses are
+            assert all(data[:len(data) // 2] != data[len(data) // 2:] for _, data in whole)
+
+
+def test_a_chat_encoder_call_is_reported_once_its_records_are_done_with(monkeypatch):
+    """What a call of the chat encoder made is reported when the next call begins or the group ends: fitting the
+    records to their rows and counting them follows the call and is part of their cost, so a group's last
+    report must come after all of it (reported at once, that work would follow the group's last report)."""
+    from types import SimpleNamespace
+
+    from transforms.core.chat.batch import ChatConfig
+    from transforms.stages import chat
+
+    events = []
+    monkeypatch.setattr(chat.progress, "done", lambda stage, n: events.append(("done", stage, n)))
+    monkeypatch.setattr(chat.progress, "count", lambda name, n=1: events.append((name, n)))
+
+    class Encoder:
+        def encode_many(self, conversations, **kwargs):
+            events.append(("encode", len(conversations)))
+            return [SimpleNamespace(ids=[0] * 5) for _ in conversations]
+
+    docs = [SimpleNamespace(values=(text,)) for text in ("ab", "cdef", "gh", "ijkl")]  # 12 characters
+    for mode, row in (("Chat", 8), ("Chat_VSL", 5)):  # a Chat row is padded to 8; a VSL row's are its tokens
+        events.clear()
+        encoder = chat._Reporting(Encoder(), SimpleNamespace(docs=docs, progress_bytes=1200),
+                                  ChatConfig(mode, 8, 0, "", ()))
+        encoder.encode_many(["1", "2"])
+        assert events == [("encode", 2)]  # its records are not fitted yet
+        encoder.encode_many(["3"])  # records 1-2, 6 of the 12 characters: half the share
+        assert events[1:] == [("tokens", 10), ("positions", 2 * row), ("done", "chat", 600), ("encode", 1)]
+        encoder.flush()  # the group's end: record 3, 8 of 12 characters
+        assert events[5:] == [("tokens", 5), ("positions", row), ("done", "chat", 200)]
+        encoder.flush()
+        assert len(events) == 8 and (encoder.reported, encoder.positions) == (800, 3 * row)
+
+
+def test_normalize_reports_a_groups_share_in_slices_once_their_documents_are_normalized(monkeypatch):
+    """ftfy takes a second or more on a group: its share is reported a slice of documents at a time, each slice
+    once all of its documents have been normalized (the next one asked for), the whole share in the end."""
+    from transforms.stages import normalize
+
+    events = []
+    monkeypatch.setattr(normalize.progress, "done", lambda stage, n: events.append((stage, n)))
+    docs = list(range(40))  # slices of ceil(40 / 16) = 3 documents
+    for doc in normalize._reporting(docs, 1000):
+        events.append(("normalized", doc))
+    assert [e for e in events if e[0] == "normalized"] == [("normalized", d) for d in docs]
+    done = 0
+    for at, (stage, n) in enumerate(events):
+        if stage == "normalize":
+            done += n
+            before = sum(e[0] == "normalized" for e in events[:at])  # documents normalized by then
+            assert before % 3 == 0 or before == 40
+            assert done == 1000 * before // 40  # their part of the share, by count
+    assert done == 1000 and sum(e[0] == "normalize" for e in events) == 14
 
 
 # ---------------------------------------------------------------------------------------------- the real job
@@ -314,7 +409,7 @@ def _records(mode: str) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize("mode", ["Chat", "DPO"])
+@pytest.mark.parametrize("mode", ["Chat", "Chat_VSL", "DPO"])
 def test_a_chat_group_moves_the_bar_as_its_records_are_encoded(tmp_path, monkeypatch, recorded, reports, mode):
     values, bars = recorded
     monkeypatch.setattr("transforms.core.chat.batch.ENCODE_SLICE_CHARS", 4000)  # Chat: many encode_many calls
@@ -330,6 +425,8 @@ def test_a_chat_group_moves_the_bar_as_its_records_are_encoded(tmp_path, monkeyp
     _check_bar(values, bars, path.stat().st_size, terminal)
     assert reports["chat"] > 5  # the one group, reported as it goes
     assert progress._counts["documents"] == params["input"]["good"] == len(records)
+    # Encode's prior follows the positions of the rows it compresses (padding included), once they are laid out.
+    assert progress._clock.positions == params["post-process"]["n_examples"] * 2048 != progress._clock.tokens
 
 
 @pytest.mark.parametrize("why", ["not_a_terminal", "display_pbar_false",

@@ -168,7 +168,7 @@ class EncodeRows(beam.PTransform):
         self._fn = _EncodeFn(row_format, tokenizer_files, gzip_level, process_cpus)
 
     def expand(self, blocks):
-        progress.compressor(as_codec(self._fn._level).compress())  # the bar's unit of cost before it is measured
+        progress.compressor(as_codec(self._fn._level))  # the bar's unit of cost before it is measured
         # EncodedBlock: sized for Beam's metrics without pickling (transforms.io.coders).
         return blocks | "Encode" >> beam.ParDo(self._fn).with_output_types(EncodedBlock)
 

@@ -25,11 +25,15 @@ pace of the run so far (wall time over time in the stages: time in none, such
 as a gap between groups, counts in proportion).
 
 Pack and encode start only once a whole group is tokenized, in a small job
-half-way through. Until then their cost is a prior: this machine's time to
-compress an int32 with the job's compressor (timed when the sink is built)
-times a constant per token the tokenizer has produced so far (`ROWS_COST`;
-the sink tells the rows' width); it weighs as much as `PRIOR_WEIGHT` of the
-input's bytes of their own measured work, so it fades as they measure theirs.
+half-way through (a one-group job: at the end). Until then their cost is a
+prior, per position of the rows to come (a token the tokenizer has produced;
+in the chat modes, a position of the rows laid out, padding included): this
+machine's time to compress a position of rows of the job's width with the
+job's compressor, the way the encoder does (a VSL row's token rows by the
+codec's stream, its counting rows from pieces), timed when the sink is built
+(`seconds_per_position`), times a constant (`ROWS_COST`). It weighs as much as
+`PRIOR_WEIGHT` of the input's bytes of their own measured work, so it fades
+as they measure theirs.
 
 The position never goes back (an estimate lower than what is shown leaves the
 bar where it is) and stops a byte short of the total until encode has finished
@@ -51,7 +55,6 @@ import dataclasses
 import os
 import threading
 import time
-import zlib
 from collections import Counter
 from typing import Callable, Iterable, Mapping, Optional
 
@@ -59,17 +62,20 @@ from transforms.core.units import shares  # noqa: F401 - the stages cut a group'
 
 __all__ = ["start", "row_width", "compressor", "begin", "end", "working", "working_through", "done", "expect",
            "settle", "advance", "count", "finish", "process_start_time", "shares", "StageTimes", "WorkClock",
-           "estimate", "seconds_per_value", "FINAL", "FOLLOWING", "ROWS_COST", "PRIOR_WEIGHT"]
+           "estimate", "seconds_per_position", "FINAL", "FOLLOWING", "ROWS_COST", "PRIOR_WEIGHT"]
 
 FINAL = "encode"  # the last stage: the bar is full when it has finished every byte
 # The stages that follow a tokenizing stage and only start once a whole group is tokenized.
 FOLLOWING = {"tokenize": ("pack", "encode"), "chat": ("encode",)}
-# Their cost before they have measured their own, per token produced, in units of this machine's time to
-# compress an int32 with the job's compressor (`seconds_per_value`, `compressor`): packing a group;
-# compressing its rows with their statistics, per int32 of a row's position (3 features; VSL 5, DPO 6:
-# `row_width`). Fitted with `make progress-eta` (2 cores), whose last column is this prior over the time
-# pack and encode took.
-ROWS_COST = {"pack": 0.9, "encode": 1.1}
+# Their cost before they have measured their own, per position of the rows to come, in units of this
+# machine's time to compress one position of the job's rows on one thread as the encoder does
+# (`seconds_per_position`: the job's compressor and row width, told by the sink). Encode builds the rows,
+# counts them (statistics, detokenized sizes) and compresses them on its threads: on the bench corpus
+# (2 cores, 2026-11-24) its wall time per position, less its start-up, was 0.72-0.88 of that unit in every
+# mode (per int32 of a row, the unit before, VSL rows cost 1.0-1.2 and the others 0.73-0.88). Pack lays the
+# tokens out in rows (two block copies a row, or segment offsets): 0.01-0.02. `make progress-eta` shows
+# this prior over the time pack and encode took, setting by setting.
+ROWS_COST = {"pack": 0.02, "encode": 0.8}
 # The prior weighs as much as a stage's own cost measured over this share of the input's bytes.
 PRIOR_WEIGHT = 0.05
 
@@ -161,7 +167,7 @@ class WorkClock:
         self.skipped = 0  # bytes needing no work (done by an earlier attempt)
         self.stages: dict[str, StageTimes] = {}
         self.tokens = 0  # produced so far by the tokenizing stage
-        self.positions = 0  # of the rows they fill, where a stage says (padded rows); else the tokens
+        self.positions = 0  # of the rows they fill, where a stage says (chat modes, padding included); else the tokens
         self.first: Optional[float] = None  # when a stage first began
         self._working: dict = {}  # worker -> stage
         self._pending: Counter = Counter()  # worker -> seconds it had since it last reported bytes
@@ -216,13 +222,15 @@ class WorkClock:
         """Bytes the last stage has finished (or that needed no work)."""
         return self.skipped + (self.stages[FINAL].done if FINAL in self.stages else 0)
 
-    def estimate(self, now: float, rows_seconds_per_token: Optional[Mapping[str, float]] = None
+    def estimate(self, now: float, rows_seconds_per_position: Optional[Mapping[str, float]] = None
                  ) -> Optional[tuple[float, float]]:
         """(the fraction of the bar, the seconds left) as of `now`, or None while unknown.
 
-        `rows_seconds_per_token`: the priors of the stages after the tokenizing
-        one (FOLLOWING), per token it has produced (per position of the rows
-        they fill, where padded rows make those more).
+        `rows_seconds_per_position`: the priors of the stages after the
+        tokenizing one (FOLLOWING), per position of the rows to come: the
+        positions the tokenizing stage has said its rows hold (the chat modes:
+        padding included), else the tokens it has produced, over the bytes it
+        has done.
         """
         self._tick(now)
         tokenizing = [name for name in FOLLOWING if name in self.stages and self.stages[name].done]
@@ -232,8 +240,8 @@ class WorkClock:
         priors = {}
         for name in tokenizing:
             for stage in FOLLOWING[name]:
-                if rows_seconds_per_token and stage in rows_seconds_per_token:
-                    priors[stage] = rows_seconds_per_token[stage] * (self.positions or self.tokens) / \
+                if rows_seconds_per_position and stage in rows_seconds_per_position:
+                    priors[stage] = rows_seconds_per_position[stage] * (self.positions or self.tokens) / \
                         self.stages[name].done
         est = estimate(todo, self.stages, now - self.first, priors=priors, prior_bytes=PRIOR_WEIGHT * todo)
         if est is None:
@@ -242,24 +250,58 @@ class WorkClock:
         return (self.skipped + todo * fraction) / self.total, left
 
 
-def seconds_per_value(compress: Optional[Callable[[bytes], bytes]] = None, *, rows: int = 16, msl: int = 2048,
-                      repeats: int = 5) -> float:
-    """This machine's time to compress an int32 of token rows (the encoder's main cost) with `compress`
-    (bytes -> bytes; default zlib at level 4): the best of `repeats` (a few ms in all)."""
+def seconds_per_position(codec=None, features: int = 3, *, rows: int = 8, msl: int = 2048,
+                         repeats: int = 5) -> float:
+    """This machine's time to compress one position of token rows `features` int32 wide (3; VSL 5, DPO 6) with
+    `codec` (a transforms.io.compressors.Codec or a zlib level; default zlib at level 4), on one thread, the
+    way the encoder compresses them: the best of `repeats` over `rows` rows (a few ms in all).
+
+    A VSL row's token rows go through the codec's stream and its counting rows (attention spans, position
+    ids) are pieces deflated once per process (transforms.io.vsl_chunks): per position that costs about
+    twice a 3-feature row, not 5/3 of it. A DPO row is two sides of different tokens.
+    """
     import numpy as np
 
-    compress = compress or (lambda data: zlib.compress(data, 4))
-    # Token ids a little like text's: a few frequent, many rare (they compress at nearly real rows' speed).
-    ids = ((np.random.default_rng(0).zipf(1.2, size=(rows, msl + 1)) - 1) % 50257).astype(np.int32)
-    data = np.stack([ids[:, :-1], np.ones((rows, msl), np.int32), ids[:, 1:]], axis=1)
-    chunks = [row.tobytes() for row in data]
+    from transforms.io.compressors import as_codec
+    from transforms.io.vsl_chunks import compress_vsl_row
+
+    codec = as_codec(4 if codec is None else codec)
+    rng = np.random.default_rng(0)
+
+    def tokens():  # [rows, 3, msl]: ids a little like text's (a few frequent, many rare), as real rows compress
+        ids = ((rng.zipf(1.2, size=(rows, msl + 1)) - 1) % 50257).astype(np.int32)
+        return np.stack([ids[:, :-1], np.ones((rows, msl), np.int32), ids[:, 1:]], axis=1)
+
+    data, segments = tokens(), None
+    if features == 6:
+        data = np.concatenate([data, tokens()], axis=1)
+    elif features == 5:  # documents of a few hundred positions, back to back, the row's end padding
+        lengths = []
+        for n in (700, 400, 300, 500, 100):
+            if sum(lengths) + n <= msl:
+                lengths.append(n)
+        lengths = lengths or [msl]
+        spans, positions = np.zeros((2, rows, msl), np.int32)
+        at = 0
+        for n in lengths:
+            spans[:, at:at + n], positions[:, at:at + n] = np.arange(n)[::-1], np.arange(n)
+            at += n
+        data = np.concatenate([data, spans[:, None], positions[:, None]], axis=1)
+        segments = lengths
+    elif features != 3:
+        data = np.concatenate([data] + [data[:, :1]] * (features - 3), axis=1)[:, :features]
+    compress = codec.compress()
+    if segments is None:
+        chunks = [np.ascontiguousarray(row).tobytes() for row in data]
+        work = lambda: [compress(chunk) for chunk in chunks]  # noqa: E731
+    else:
+        work = lambda: [compress_vsl_row(row, segments, codec) for row in data]  # noqa: E731
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
-        for chunk in chunks:
-            compress(chunk)
+        work()
         times.append(time.perf_counter() - started)
-    return min(times) / data.size
+    return min(times) / (rows * msl)
 
 
 # ------------------------------------------------------------------------------------------------ the bar
@@ -267,7 +309,8 @@ def seconds_per_value(compress: Optional[Callable[[bytes], bytes]] = None, *, ro
 _lock = threading.Lock()
 _bar = None
 _clock: Optional[WorkClock] = None
-_unit: Optional[float] = None  # seconds to compress an int32 with the job's compressor (timed when told it)
+_unit: Optional[float] = None  # seconds to compress a position of the job's rows (timed when told them)
+_codec = None  # the job's compressor (None: zlib at level 4)
 _features = 3  # int32 a row holds per position
 _eta: Optional[tuple[float, float]] = None  # (seconds left, when estimated)
 _counts: Counter = Counter()
@@ -322,7 +365,7 @@ def _bar_class():
 
 def start(total: Optional[int], *, file, command_started: Optional[float] = None) -> None:
     """Draw a bar on `file` for `total` bytes of input (None: unknown, counts only)."""
-    global _bar, _clock, _unit, _features, _eta, _overshoot
+    global _bar, _clock, _unit, _codec, _features, _eta, _overshoot
     with _lock:
         if _bar is not None:
             _bar.close()
@@ -331,37 +374,41 @@ def start(total: Optional[int], *, file, command_started: Optional[float] = None
         _overshoot = 0
         _eta = None
         _clock = WorkClock(total or 0)
-        _unit, _features = None, 3
+        _unit, _codec, _features = None, None, 3
         _bar = _bar_class()(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="tokenizing",
                             file=file, dynamic_ncols=True, mininterval=0.2, miniters=0,
                             command_started=process_start_time() if command_started is None else command_started)
 
 
 def row_width(features: int) -> None:
-    """The rows hold `features` int32 a position (3; VSL 5; DPO 6): the encoder's prior follows.
+    """The rows hold `features` int32 a position (3; VSL 5; DPO 6): the unit of the priors is timed now, on rows
+    that wide with the job's compressor (`compressor`).
 
     Told by the sink when the job graph is built (after the bar started).
     """
-    global _features
+    global _features, _unit
     _features = features
+    if _bar is not None:
+        _unit = seconds_per_position(_codec, _features)
 
 
-def compressor(compress: Callable[[bytes], bytes]) -> None:
-    """The job compresses its rows with `compress` (bytes -> bytes): timed now, the unit of the priors.
+def compressor(codec) -> None:
+    """The job compresses its rows with `codec` (a transforms.io.compressors.Codec, or a zlib level): timed on
+    rows of the job's width (`row_width`, told next), the unit of the priors.
 
     Told by the sink when the job graph is built (after the bar started).
     """
-    global _unit
-    if _bar is not None:
-        _unit = seconds_per_value(compress)
+    global _codec, _unit
+    _codec, _unit = codec, None
 
 
 def _rows_cost() -> dict:
-    """Seconds per token of the stages after the tokenizing one, before they have their own."""
+    """Seconds per position of the rows to come of the stages after the tokenizing one, before they have their
+    own."""
     global _unit
-    if _unit is None:  # not told the compressor: zlib's
-        _unit = seconds_per_value()
-    return {"pack": ROWS_COST["pack"] * _unit, "encode": ROWS_COST["encode"] * _unit * _features}
+    if _unit is None:  # not told the row width (nor, maybe, the compressor: then zlib's)
+        _unit = seconds_per_position(_codec, _features)
+    return {stage: cost * _unit for stage, cost in ROWS_COST.items()}
 
 
 def _show() -> None:

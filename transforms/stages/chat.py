@@ -47,6 +47,9 @@ class _EncodeConversationsFn(beam.DoFn):
         with progress.working("chat"):
             encoder = _Reporting(self._encoder, batch, config)
             out = build(batch, encoder, config)
+            encoder.flush()
+            # The rows are laid out: what the encoder will compress is their positions, not the estimate.
+            progress.count("positions", len(out) * config.max_seq_length - encoder.positions)
             progress.done("chat", batch.progress_bytes - encoder.reported)
         progress.count("documents", documents)
         out.stats.totals[TIME_PREFIX + "tokenize"] += int((time.perf_counter() - started) * 1000)
@@ -56,8 +59,14 @@ class _EncodeConversationsFn(beam.DoFn):
 
 class _Reporting:
     """The chat encoder, telling the progress bar as it goes: the tokens it makes, the positions of the rows they
-    will fill (a Chat or DPO row is padded), and the group's share of the input in proportion to the characters
-    of the records encoded, in order (a DPO record is tokenized twice, once a response)."""
+    will fill (a Chat or DPO row is padded; a Chat_VSL row is packed, its tokens until the rows are laid out),
+    and the group's share of the input in proportion to the characters of the records encoded, in order (a DPO
+    record is tokenized twice, once a response).
+
+    What an encoder call made is reported when the next call begins (or the group ends, `flush`): by then its
+    records have been fitted to their rows and counted, work that is part of their cost. Reported at once,
+    that work would follow the last report of a group, unmeasured until the group ends.
+    """
 
     def __init__(self, encoder: ChatEncoder, batch, config: ChatConfig):
         self._encoder = encoder
@@ -67,28 +76,38 @@ class _Reporting:
         self._ends = list(itertools.accumulate(sum(len(v) for v in d.values if isinstance(v, str))
                                                for d in batch.docs)) or [0]
         self._encoded = 0.0  # records
+        self._pending: Optional[tuple] = None  # (records, tokens, positions) of the last call, not yet reported
         self.reported = 0  # bytes
+        self.positions = 0  # reported
 
     def __getattr__(self, name):
         return getattr(self._encoder, name)
 
     def encode_many(self, conversations, **kwargs):
+        self.flush()
         out = self._encoder.encode_many(conversations, **kwargs)
         encoded = [len(x.ids) for x in out if hasattr(x, "ids")]
-        self._report(len(conversations), sum(encoded), self._row * len(encoded) or sum(encoded))
+        self._pending = (len(conversations), sum(encoded), self._row * len(encoded) or sum(encoded))
         return out
 
     def tokenize(self, messages, **kwargs):
+        self.flush()
         out = self._encoder.tokenize(messages, **kwargs)
-        self._report(0.5, len(out.ids), self._row // 2)
+        self._pending = (0.5, len(out.ids), self._row // 2)
         return out
 
-    def _report(self, records: float, tokens: int, positions: int) -> None:
+    def flush(self) -> None:
+        """Report what the last call made (its records are done with)."""
+        if self._pending is None:
+            return
+        records, tokens, positions = self._pending
+        self._pending = None
         self._encoded += records
         done = int(self._encoded)
         chars = self._ends[min(done, len(self._ends)) - 1] if done else 0
         nbytes = self._share * chars // max(self._ends[-1], 1) - self.reported
         self.reported += nbytes
+        self.positions += positions
         progress.count("tokens", tokens)
         progress.count("positions", positions)
         progress.done("chat", nbytes)
