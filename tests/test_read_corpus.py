@@ -307,6 +307,58 @@ def test_the_last_group_takes_what_the_reader_left_of_the_file(tmp_path, monkeyp
     assert [g.progress_bytes for g in groups] == shares and got == advanced
 
 
+def test_the_read_stage_finishes_the_bytes_each_output_stands_for(tmp_path, monkeypatch):
+    """The bar's "read" stage is at work while the reader makes each output, and has then finished the input bytes
+    that output stands for: a group's share, handed on or not (a file's shares add up to its size), none for a
+    dead-letter part."""
+    path = tmp_path / "a.jsonl.zst"
+    path.write_bytes(zst(_line("x" * 600) + b"{bad\n" + _line("y" * 500) + _line("z" * 700)))
+    f = InputFile(0, str(path), path.name, path.stat().st_size)
+    for fan_out in (False, True):
+        calls = []
+        monkeypatch.setattr(progress, "begin", lambda stage: calls.append(("begin", stage)))
+        monkeypatch.setattr(progress, "end", lambda stage, nbytes=0: calls.append(("end", stage, nbytes)))
+        outputs = list(_ReadUnitFn(KEYS, True, 1000, 1 << 20).process(WorkUnit(f, WHOLE, fan_out=fan_out)))
+        # Two groups (600 + 500 characters fill the first), then the bad line's dead-letter part.
+        assert [type(getattr(o, "value", o)).__name__ for o in outputs] == ["DocBatch", "DocBatch",
+                                                                             "DeadLetterPart"]
+        assert all(isinstance(o, pvalue.TaggedOutput) == (fan_out or o.tag == DEAD_LETTERS)
+                   for o in outputs if isinstance(o, pvalue.TaggedOutput))
+        # Each output made between a begin and an end of the read stage, and one last look that found no more.
+        assert calls[0::2] == [("begin", "read")] * 4
+        ends = calls[1::2]
+        assert [stage for _, stage, _ in ends] == ["read"] * 4 and ends[-1][2] == 0
+        first, second, letters = (n for _, _, n in ends[:3])
+        assert first > 0 and first + second == path.stat().st_size and letters == 0
+        assert [first, second] == [o.value.progress_bytes if fan_out else o.progress_bytes for o in outputs[:2]]
+
+
+def test_a_parquet_unit_of_a_file_of_unknown_size_has_no_bytes_to_share():
+    """The bar's total counts a file by its listed size: with none (or 0) its groups have nothing to share."""
+    from transforms.io.read_corpus import _ProgressShares
+    from transforms.io.readers import StreamPosition
+
+    for size in (None, 0):
+        unit = WorkUnit(InputFile(0, "a.parquet", "a.parquet", size), ROWS, 0, 2, 2, 5, 10)
+        shares = _ProgressShares(unit, StreamPosition())
+        assert [shares(0, False), shares(1, True)] == [0, 0]
+
+
+def test_the_groups_are_typed_for_their_coder():
+    """ReadCorpus's groups are typed DocBatch, so Beam encodes and sizes them with BatchCoder instead of pickling
+    each one to measure it (transforms/io/coders.py). The graph is built, not run."""
+    import apache_beam as beam
+    from apache_beam import coders
+
+    from transforms.core.records import DocBatch
+    from transforms.io.coders import BatchCoder
+
+    read = (beam.Pipeline() | beam.Create([InputFile(0, "a.jsonl", "a.jsonl", 1)])
+            | ReadCorpus(keys=KEYS, join_keys=True, group_bytes=10, unit_groups=1))
+    assert read[DOCS].element_type is DocBatch
+    assert isinstance(coders.registry.get_coder(read[DOCS].element_type), BatchCoder)
+
+
 def test_a_parquet_file_of_no_rows_is_one_group_of_all_its_bytes(tmp_path):
     path = tmp_path / "a.parquet"
     pq.write_table(pa.table({"text": pa.array([], type=pa.string())}), path)

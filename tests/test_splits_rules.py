@@ -76,11 +76,37 @@ def test_bad_data_splits_are_refused_naming_the_problem(value, message):
     (parse_context_splits, "1K=x", "context_splits 1K: 'x' is not a fraction (a number, or a/b)"),
     (parse_context_splits, "zz=1", "context_splits: 'zz' is not a sequence length (e.g. 2048 or 2K)"),
     (parse_context_splits, "1=1", "context_splits: '1' is not a sequence length of at least 2 whole tokens"),
+    # A split name that cannot be a directory: the message lists every reserved name.
+    (parse_data_splits, "dead_letter=1", "data_splits: split name 'dead_letter' cannot be a directory of the "
+                                         "output: use letters, digits, '.', '_' or '-', not starting with msl_ and "
+                                         "none of dead_letter, .tmp, data_params.json"),
+    # The name ends at the first '=': the rest is the fraction, whatever it holds.
+    (parse_data_splits, "a=1=1", "data_splits.a: '1=1' is not a fraction (a number, or a/b)"),
+    (parse_context_splits, "1K=1=1", "context_splits 1K: '1=1' is not a fraction (a number, or a/b)"),
+    (parse_context_splits, "2K", "context_splits: '2K' is not name=fraction"),
+    (parse_context_splits, {"MSL": [1], "x": 2}, "context_splits: unknown key(s) MSL, x (expected MSL_List and "
+                                                 "split_fractions)"),
+    # A split's body may hold split_fraction and context_splits, nothing else.
+    (parse_data_splits, {"a": {"split_fraction": 1, "extra": 2}}, "data_splits.a: expected split_fraction (and "
+                                                                  "optionally context_splits)"),
+    # A split's own context splits are named by their place in the setting.
+    (parse_data_splits, {"a": {"split_fraction": 1, "context_splits": "1K=0"}},
+     "data_splits.a.context_splits: the fractions add up to 0"),
+    (parse_data_splits, "train=0.99999", "data_splits: the fractions add up to 0.99999, not 1"),
 ])
 def test_messages_name_the_setting_and_the_problem(parse, value, message):
     with pytest.raises(ValueError) as err:
         parse(value)
     assert str(err.value) == message
+
+
+def test_empty_entries_are_skipped_and_rounded_fractions_accepted():
+    # A doubled, leading or trailing comma leaves an empty entry, which is no split.
+    assert parse_data_splits(",train=0.5,,test=0.5,") == parse_data_splits("train=0.5,test=0.5")
+    assert parse_context_splits("1K=1,,2K=1") == parse_context_splits("1K=1,2K=1")
+    # Fractions written to 7 decimals (thirds) add up to 1 within 1e-6, which is enough.
+    thirds = parse_data_splits("a=0.3333333,b=0.3333333,c=0.3333333")
+    assert [name for name, _, _ in thirds] == ["a", "b", "c"]
 
 
 def test_context_splits_take_k_suffixes_and_are_normalized():
@@ -110,9 +136,10 @@ def test_outputs_leave_out_the_levels_not_used():
          "b": 0.5})).outputs
     assert [(o.path, o.max_seq_length, o.fraction) for o in mixed] == [
         ("a/msl_64", 64, 0.25), ("a/msl_256", 256, 0.25), ("b", 128, 0.5)]
-    with pytest.raises(ValueError, match="both for the whole job and inside data_splits"):
+    with pytest.raises(ValueError) as err:
         make_split_plan(max_seq_length=128, context_splits=parse_context_splits("1K=1"), data_splits=(
             ("a", 1.0, ((512, 1.0),)),))
+    assert str(err.value) == "context_splits: given both for the whole job and inside data_splits; choose one"
 
 
 def test_subset_of_a_path_is_its_top_level_directory():
@@ -156,6 +183,14 @@ def test_the_draw_is_pinned():
     assert fraction_bound(10_000, 0.01) == fraction_bound(10_000, 0.01, 1e-6)
 
 
+def test_a_value_with_a_lone_surrogate_is_drawn():
+    """The draw is defined for every str, a lone surrogate too (the readers dead-letter such records, but the draw
+    does not rely on it): hashed as its surrogatepass bytes, not refused, and two such values are two records."""
+    assert PLAN.draw(("\ud800",)) == PLAN.draw(("\ud800",)) != PLAN.draw(("\ud801",))
+    assert PLAN.draw(("\ud800",)) == 5302728204850966571
+    assert PLAN.route(0, ("x\udfff",)) in (0, 1, 2)
+
+
 def test_values_cannot_run_into_each_other():
     # ("ab", "c") and ("a", "bc") are different records: their draws are independent.
     assert PLAN.draw(("ab", "c")) != PLAN.draw(("a", "bc"))
@@ -178,7 +213,8 @@ def test_the_bound_is_bernsteins():
     # Solving 2 exp(-n t^2 / (2 p q + 2 t / 3)) = alpha for t gives back alpha.
     import math
 
-    for n, p, alpha in ((100, 0.5, 0.01), (10_000, 0.01, 1e-6), (50, 0.0, 0.1)):
+    # One draw at a false-alarm rate of 0.9: a bound below 1 (0.95), still Bernstein's.
+    for n, p, alpha in ((100, 0.5, 0.01), (10_000, 0.01, 1e-6), (50, 0.0, 0.1), (1, 0.5, 0.9)):
         t = fraction_bound(n, p, alpha)
         assert math.isclose(2 * math.exp(-n * t * t / (2 * p * (1 - p) + 2 * t / 3)), alpha, rel_tol=1e-9)
     assert fraction_bound(0, 0.5) == 1.0
@@ -245,3 +281,45 @@ def test_an_empty_group_still_reaches_every_output_and_keeps_its_file_listed():
     parts, rest = route_batch(_batch([], progress=9), PLAN, NormalizeConfig())
     assert [len(p.docs) for p in parts] == [0, 0, 0] and sum(p.progress_bytes for p in parts) == 9
     assert rest.sources == {"/in/sub/f.jsonl": Counter()}
+
+
+TWO = make_split_plan(subsets=("other", "sub"), data_splits=parse_data_splits("a=0.5,b=0.5"), max_seq_length=64)
+
+
+def _docs(plan, subset, n, want=None):
+    """n texts of various lengths (those the plan routes to output `want` only, if given)."""
+    out, i = [], 0
+    while len(out) < n:
+        text = f"document {i} " + "x" * (i % 13)
+        if want is None or plan.route(subset, (text,)) == want:
+            out.append(text)
+        i += 1
+    return out
+
+
+def test_a_group_goes_only_to_its_subsets_outputs():
+    # The batch's file is sub/f.jsonl: subset 1 of ("other", "sub"), whose outputs are 2 and 3.
+    texts = _docs(TWO, 1, 40)
+    parts, rest = route_batch(_batch(texts), TWO, None)
+    assert [p.group.part for p in parts] == [2, 3]
+    assert {d.values[0] for p in parts for d in p.docs} == set(texts)
+    for p in parts:
+        assert p.docs and all(TWO.route(1, d.values) == p.group.part for d in p.docs)
+        assert p.stats["docs_read"] == len(p.docs)
+
+
+def test_a_groups_progress_is_shared_by_characters():
+    """Each part's share of the group's progress is its documents' characters' share, to within one unit, and the
+    shares add up to the group's; a part without characters gets none."""
+    progress = 10_000
+    lone = _docs(TWO, 1, 5, want=2)
+    parts, _ = route_batch(_batch(lone, progress=progress), TWO, None)
+    assert [p.progress_bytes for p in parts] == [progress, 0]
+
+    texts = _docs(TWO, 1, 30)
+    parts, _ = route_batch(_batch(texts, progress=progress), TWO, None)
+    chars = [sum(len(d.values[0]) for d in p.docs) for p in parts]
+    assert all(c > 0 for c in chars) and sum(chars) == sum(map(len, texts))
+    assert sum(p.progress_bytes for p in parts) == progress
+    for p, c in zip(parts, chars):
+        assert abs(p.progress_bytes - progress * c / sum(chars)) < 1

@@ -262,3 +262,5 @@ def test_shares_by_hand():
     assert shares(10, [1, 1, 1]) == [3, 3, 4]
     assert shares(5, [0, 0]) == [2, 3] and shares(7, []) == [] and shares(0, [1, 2]) == [0, 0]
     assert shares(9, [0, 3, 0]) == [0, 9, 0] and shares(100, [1, 3]) == [25, 75] and shares(7, [-1, -1]) == [3, 4]
+    # A weight of 1 is a weight like any other: the one weighted part takes everything.
+    assert shares(10, [0, 1, 0]) == [0, 10, 0]
