@@ -195,6 +195,16 @@ def prepare_chat(input_dir: Path, work: Path) -> None:
                     size += len(p)
 
 
+LAUNCHER = r"""
+import os, subprocess, sys, time
+start = time.perf_counter()
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
+_, status, usage = os.wait4(child.pid, 0)
+print(time.perf_counter() - start, usage.ru_maxrss)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_config(name: str, input_dir: Path, work: Path, msl: int) -> dict:
     out = work / f"out_{name}"
     extra = CONFIGS[name]
@@ -208,20 +218,18 @@ def run_config(name: str, input_dir: Path, work: Path, msl: int) -> dict:
         tokenizer = ["--tokenizer_type", "HuggingFaceTokenizer", "--huggingface_tokenizer", str(QWEN)]
     args = [mode, "--input_dir", str(input_dir), "--output_dir", str(out), *tokenizer,
             "--max_seq_length", str(msl), "--display_pbar", "False", *extra]
-    # The command as a user runs it (its own exit path included), timed from start to exit; the peak RSS is
-    # this child's (and its descendants'), from wait4, so nothing else this process started counts.
+    # The command as a user runs it (its own exit path included), started by a small launcher process that
+    # times it and takes its peak RSS from wait4. Not started from here: Linux carries a process's peak RSS
+    # across fork and exec, so a child of this process (which holds the limits' texts) would report at least
+    # this process's size.
     with tempfile.TemporaryFile() as stderr:
-        start = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "pipelines.create_hdf5_dataset", *args], cwd=ROOT,
-                                stdout=subprocess.DEVNULL, stderr=stderr)
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc = subprocess.run([sys.executable, "-c", LAUNCHER, sys.executable, "-m", "pipelines.create_hdf5_dataset",
+                               *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True)
         stderr.seek(0)
         err = stderr.read().decode("utf-8", "replace")
     if proc.returncode != 0:
         raise SystemExit(f"{name} failed:\n{err[-3000:]}")
-    peak_kb = usage.ru_maxrss
+    seconds, peak_kb = proc.stdout.split()
     params = json.loads((out / "data_params.json").read_text())
     shutil.rmtree(out)
     return {"seconds": float(seconds), "peak_rss_mb": int(peak_kb) / 1024, "params": params}
