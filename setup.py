@@ -46,5 +46,5 @@ setup(
         "report": ["matplotlib>=3.7"],
         "zlibng": ["zlib-ng>=0.5"],  # --compressor zlib-ng
     },
-    entry_points={"console_scripts": ["create_hdf5_dataset=pipelines.create_hdf5_dataset:cli"]},
+    entry_points={"console_scripts": ["create_hdf5_dataset=pipelines.command:cli"]},
 )

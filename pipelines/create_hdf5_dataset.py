@@ -9,7 +9,11 @@ checked before a worker starts; `plan_job` turns the config into plain
 values; `build` only wires stages.
 """
 
-from __future__ import annotations
+if __name__ == "__main__":
+    # As `python -m`: settings only the process's first lines can make, before numpy and Beam load.
+    from pipelines import command
+
+    command.prepare()
 
 import argparse
 import atexit
@@ -25,6 +29,7 @@ import apache_beam as beam
 import fsspec
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from pipelines import command
 from pipelines.config import (CHAT_MODES, DPO, FIM, LMDATA, SUMMARIZATION, SUMMARIZATION_MODES,
                               SUMMARIZATION_VSL, TOOLS, VSL_MODES, Config, ConfigError, job_max_seq_lengths,
                               load_config)
@@ -790,6 +795,7 @@ def cli() -> None:
     the exit handlers run, logging and the streams are flushed, and the process
     ends there. An exception (or argparse's exit) still ends it the usual way.
     """
+    command.started()
     code = main()
     atexit._run_exitfuncs()
     logging.shutdown()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -96,6 +97,34 @@ def test_the_command_ends_with_its_code_and_everything_flushed(tmp_path):
     proc = _cli(["LMData", "--input_dir", str(bad), *_gpt2_args(tmp_path / "out_bad"), "--max_seq_length", "256",
                  "--runner", "FnApiRunner", "--max_bad_record_fraction", "0", "--min_sequence_len", "2"])
     assert proc.returncode == 3 and "more than max_bad_record_fraction" in proc.stderr, proc.stderr
+
+
+def test_the_console_script_starts_the_command_before_its_imports(tmp_path):
+    """setup.py's console script is pipelines.command:cli, which settles the process before numpy and Beam
+    load (OpenBLAS's threads, the garbage collector) and then runs the same command."""
+    assert '"create_hdf5_dataset=pipelines.command:cli"' in (ROOT / "setup.py").read_text()
+    probe = ("import gc, os, sys\n"
+             "from pipelines import command\n"
+             "command.prepare()\n"
+             "assert 'numpy' not in sys.modules and 'apache_beam' not in sys.modules\n"
+             "import numpy\n"
+             "print(os.environ['OPENBLAS_NUM_THREADS'], gc.isenabled())\n"
+             "command.started()\n"
+             "print(gc.isenabled(), gc.get_freeze_count() > 0)\n")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.split() == ["1", "False", "True", "True"], out.stderr
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env={**env, "OPENBLAS_NUM_THREADS": "3"},
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.split()[0] == "3", out.stderr  # the user's own setting wins
+    # The console script's way in: the job runs, its summary and code as from `python -m`.
+    job = subprocess.run([sys.executable, "-c", "import sys; from pipelines.command import cli; sys.exit(cli())",
+                          "LMData", "--input_dir", str(SAMPLE), *_gpt2_args(tmp_path / "out"),
+                          "--max_seq_length", "256", "--runner", "FnApiRunner"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert job.returncode == 0 and job.stderr.rstrip().splitlines()[-1].startswith("Wrote "), job.stderr
+    assert h5_files(tmp_path / "out")
 
 
 def test_dockerfile_beam_version_matches_setup():

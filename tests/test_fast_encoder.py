@@ -134,7 +134,7 @@ def _lying_fastokens(monkeypatch, marker: str, cache: Path):
                 return _Lying(real()[0].Tokenizer.from_json_str(state), marker)
 
     monkeypatch.setattr(fast, "_fastokens", lambda: (Module, real()[1]))
-    monkeypatch.setattr(fast, "_CHECKED", fast.OrderedDict())
+    monkeypatch.setattr(fast, "_CHECKS", fast._CHECKS.fresh())
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
 
 
@@ -155,7 +155,7 @@ def test_the_load_check_finds_a_wrong_encoder(monkeypatch, marker, caplog, tmp_p
 
 def test_the_load_check_is_cached_per_machine(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(fast, "_CHECKED", fast.OrderedDict())
+    monkeypatch.setattr(fast, "_CHECKS", fast._CHECKS.fresh())
     calls = []
     real = fast.vocabulary_check
     monkeypatch.setattr(fast, "vocabulary_check", lambda *a: calls.append(1) or real(*a))
@@ -164,16 +164,16 @@ def test_the_load_check_is_cached_per_machine(monkeypatch, tmp_path):
     assert len(calls) == 1
     cached = list((tmp_path / "create_hdf5_dataset" / "fastokens_checks").glob("*.json"))
     assert len(cached) == 1 and json.loads(cached[0].read_text()) == {"reason": None}
-    fast._CHECKED.clear()  # a new process on the same machine
+    fast._CHECKS.clear()  # a new process on the same machine
     assert build_tokenizer(files).encoder_name == "fastokens"
     assert len(calls) == 1
     cached[0].write_text("{not json")  # a torn or foreign file: checked again, and rewritten
-    fast._CHECKED.clear()
+    fast._CHECKS.clear()
     assert build_tokenizer(files).encoder_name == "fastokens"
     assert len(calls) == 2 and json.loads(cached[0].read_text()) == {"reason": None}
     # A failed check is kept as well, with its reason.
     cached[0].write_text(json.dumps({"reason": "disagrees on x"}))
-    fast._CHECKED.clear()
+    fast._CHECKS.clear()
     tok = build_tokenizer(files)
     assert tok.encoder_name == "tiktoken" and tok.encoder_note == "not fastokens: disagrees on x"
 

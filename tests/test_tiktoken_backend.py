@@ -507,7 +507,7 @@ def test_layers_tiktoken_reproduces(edit, corpora):
     assert_same_ids(slow, fast, texts)
 
 
-def test_a_wrong_rank_table_is_caught_by_the_probes(monkeypatch):
+def test_a_wrong_rank_table_is_caught_by_the_probes(monkeypatch, fresh_load_checks):
     """The probe comparison at load time catches a layer that does not behave as argued."""
     real = backends.rank_table
 
@@ -525,17 +525,15 @@ def test_a_wrong_rank_table_is_caught_by_the_probes(monkeypatch):
         return RankTable(ranks, ids)
 
     monkeypatch.setattr(backends, "rank_table", reversed_priorities)
-    monkeypatch.setattr(backends, "_CORES", backends.OrderedDict())
     tok = build_tokenizer(CASES["gpt2-bundled"][1]())
     assert tok.encoder_name == "tokenizers" and "disagree on the probe text" in tok.encoder_note
 
 
-def test_a_check_that_breaks_falls_back(monkeypatch):
+def test_a_check_that_breaks_falls_back(monkeypatch, fresh_load_checks):
     def broken(model, oracle):
         raise KeyError("merges")
 
     monkeypatch.setattr(backends, "rank_table", broken)
-    monkeypatch.setattr(backends, "_CORES", backends.OrderedDict())
     files = CASES["gpt2-bundled"][1]()
     tok = build_tokenizer(files)
     assert tok.encoder_name == "tokenizers" and "its check failed (KeyError" in tok.encoder_note

@@ -12,9 +12,11 @@ One idea per module:
 - `exact`: why tiktoken's BPE gives `tokenizers`' ids, and the check of it.
 - `cutting`: documents to ids: the reference's split_text rule, EOS, and
   long texts cut at safe spaces at bounded cost.
+- `machine_cache`: the encoders' load checks, made once per process and
+  once per machine.
 
 Imports among them run one way, load -> tokenizer -> cutting -> backends ->
-exact: nothing imports a module above it, not even for type hints.
+exact (and machine_cache): nothing imports a module above it, not even for type hints.
 """
 
 from transforms.core.tokenizer.backends import BACKENDS

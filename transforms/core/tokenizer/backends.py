@@ -34,7 +34,6 @@ stack overflows on a run of about a million spaces) is encoded by `tokenizers`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -49,8 +48,9 @@ import tokenizers
 from tokenizers import models
 
 from transforms.core.threads import machine_cpus
-from transforms.core.tokenizer.exact import NotExact, check_options, rank_table
+from transforms.core.tokenizer.exact import NotExact, RankTable, check_options, rank_table
 from transforms.core.tokenizer.fast import DEFAULT_CHECK_SHARE, FASTOKENS, FastokensEncoder, Unavailable
+from transforms.core.tokenizer.machine_cache import MachineCache, cache_key
 from transforms.core.tokenizer.probes import PROBES
 
 __all__ = ["AUTO", "TOKENIZERS", "TIKTOKEN", "FASTOKENS", "BACKENDS", "HfEncoder", "TiktokenEncoder", "select_encoder",
@@ -121,13 +121,12 @@ class HfEncoder:
 class _Core:
     """A tiktoken Encoding with the rank table of one BPE model and regex: shared, immutable."""
 
-    def __init__(self, model: dict, oracle: Callable, pattern: str):
+    def __init__(self, table: RankTable, pattern: str):
         try:
             import tiktoken
         except ImportError:
             raise NotExact("tiktoken is not installed") from None
 
-        table = rank_table(model, oracle)
         # The marker's rank: beyond every token's.
         self.marker = max(table.ranks.values()) + 1 if table.ids is None else len(table.ids)
         self.encoding = tiktoken.Encoding(f"create_hdf5_dataset-{len(table.ranks)}", pat_str=pattern,
@@ -164,16 +163,50 @@ def _pool() -> tuple[ThreadPoolExecutor, int]:
         return _POOL, _POOL_SIZE
 
 
+# Bumped whenever rank_table changes, so that no table of an older check is reused.
+_TABLE_VERSION = 1
+
+
+def _dump_table(table: "RankTable | NotExact") -> dict:
+    return {"not_exact": str(table)} if isinstance(table, NotExact) else table.to_json()
+
+
+def _load_table(data: dict) -> "RankTable | NotExact":
+    if "not_exact" in data:
+        if not isinstance(data["not_exact"], str):
+            raise TypeError("a reason is a string")
+        return NotExact(data["not_exact"])
+    return RankTable.from_json(data)
+
+
+# The rank table of a BPE model, or why there is none: building it checks every merged token with
+# tokenizers' BPE, about 0.3 s of Python for GPT-2, held once per process and once per machine (the
+# oracle is tokenizers' own BPE, so its release is part of the key).
+_TABLES: MachineCache["RankTable | NotExact"] = MachineCache("rank_tables", dump=_dump_table, load=_load_table,
+                                                             keep=4)
+
+
+def _table_for(backend: tokenizers.Tokenizer, model_json: str) -> "RankTable | NotExact":
+    def check() -> "RankTable | NotExact":
+        model = json.loads(model_json)["model"]
+        try:
+            return rank_table(model, _oracle(backend, model))
+        except NotExact as e:
+            return e
+
+    return _TABLES.get(cache_key(str(_TABLE_VERSION), tokenizers.__version__, model_json), check)
+
+
 def _core_for(backend: tokenizers.Tokenizer, pattern: str) -> _Core:
-    """The (cached) core of a tokenizer's BPE model: checking the model costs a few tenths of a second."""
+    """The (cached) core of a tokenizer's BPE model and regex."""
     model_json = tokenizers.Tokenizer(backend.model).to_str()
-    key = hashlib.sha256(model_json.encode("utf-8") + b"\0" + pattern.encode("utf-8")).hexdigest()
+    key = cache_key(model_json, pattern)
     with _CORES_LOCK:
         core = _CORES.get(key)
         if core is None:
-            model = json.loads(model_json)["model"]
+            table = _table_for(backend, model_json)
             try:
-                core = _Core(model, _oracle(backend, model), pattern)
+                core = table if isinstance(table, NotExact) else _Core(table, pattern)
             except NotExact as e:
                 core = e
             _CORES[key] = core

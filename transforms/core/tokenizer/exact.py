@@ -76,6 +76,7 @@ which merge is last.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 from collections import defaultdict
 from typing import Callable, Iterable, Optional
@@ -99,6 +100,30 @@ class RankTable:
 
     ranks: dict  # bytes -> rank
     ids: Optional[np.ndarray]  # int32, rank -> token id; None: the ranks are the token ids
+
+    def to_json(self) -> dict:
+        """JSON values `from_json` reads back into an equal table (tokens in the table's order)."""
+        tokens = list(self.ranks)
+        return {"tokens": base64.b64encode(b"".join(tokens)).decode("ascii"),
+                "lengths": [len(t) for t in tokens], "ranks": [self.ranks[t] for t in tokens],
+                "ids": None if self.ids is None else self.ids.tolist()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "RankTable":
+        """The table `to_json` wrote; ValueError (or KeyError, TypeError) for anything else."""
+        blob = base64.b64decode(data["tokens"], validate=True)
+        lengths, ranks = data["lengths"], data["ranks"]
+        if len(lengths) != len(ranks) or sum(lengths) != len(blob) or min(lengths, default=1) < 1:
+            raise ValueError("the tokens, their lengths and their ranks do not match")
+        ends = np.cumsum(lengths).tolist()
+        tokens = [blob[a:b] for a, b in zip([0] + ends[:-1], ends)]
+        table = dict(zip(tokens, map(int, ranks)))
+        if len(table) != len(tokens):
+            raise ValueError("a token is listed twice")
+        ids = None if data["ids"] is None else np.asarray(data["ids"], dtype=np.int32)
+        if ids is not None and (ids.ndim != 1 or max(table.values(), default=-1) >= len(ids)):
+            raise ValueError("a rank has no id")
+        return cls(table, ids)
 
 
 def byte_stand_ins() -> dict[str, int]:

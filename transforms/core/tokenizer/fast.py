@@ -36,14 +36,10 @@ tiktoken where `exact` proves it, else `tokenizers` itself.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
-import os
 import random
 import threading
 import zlib
-from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Optional, Sequence
 
@@ -51,6 +47,7 @@ import numpy as np
 import tokenizers
 
 from transforms.core.tokenizer.exact import NotExact
+from transforms.core.tokenizer.machine_cache import MachineCache, cache_key
 from transforms.core.tokenizer.probes import PROBES
 
 __all__ = ["FASTOKENS", "FastokensEncoder", "Unavailable", "Tally", "tally", "CHECK_FIELDS", "vocabulary_check",
@@ -171,44 +168,19 @@ def _split(ids: np.ndarray, offsets: np.ndarray, eos: Optional[int]) -> list[np.
 
 # Bumped whenever vocabulary_check changes, so that no result of an older check is reused.
 _CHECK_VERSION = 1
+
+
+def _reason(value) -> Optional[str]:
+    if value is not None and not isinstance(value, str):
+        raise TypeError("a reason is a string or None")
+    return value
+
+
 # key -> None (passed) or the reason it failed. The check costs about a second per 50k tokens of
-# vocabulary, so it is done once per process, and once per machine where a cache directory is writable
+# vocabulary, so it is made once per process, and once per machine where a cache directory is writable
 # (every worker process of a job, and every job, builds the same tokenizers).
-_CHECKED: "OrderedDict[str, Optional[str]]" = OrderedDict()
-_CHECKED_LOCK = threading.Lock()
-_CHECKED_MAX = 8
-
-
-def _cache_dir() -> str:
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "create_hdf5_dataset", "fastokens_checks")
-
-
-def _checked(key: str, check) -> Optional[str]:
-    """`check()`'s result for `key`: from this process, from the machine's cache, or computed and kept."""
-    with _CHECKED_LOCK:
-        if key in _CHECKED:
-            _CHECKED.move_to_end(key)
-            return _CHECKED[key]
-    path = os.path.join(_cache_dir(), key + ".json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            reason = json.load(f)["reason"]
-    except (OSError, ValueError, KeyError, TypeError):
-        reason = check()
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"reason": reason}, f)
-            os.replace(tmp, path)  # whole or absent, whoever else writes it at the same time
-        except OSError:
-            pass  # a read-only home: the check is simply done again by the next process
-    with _CHECKED_LOCK:
-        _CHECKED[key] = reason
-        while len(_CHECKED) > _CHECKED_MAX:
-            _CHECKED.popitem(last=False)
-    return reason
+_CHECKS: MachineCache[Optional[str]] = MachineCache(
+    "fastokens_checks", dump=lambda reason: {"reason": reason}, load=lambda data: _reason(data["reason"]))
 
 
 def vocabulary_check(backend: tokenizers.Tokenizer, native, reference) -> Optional[str]:
@@ -271,8 +243,8 @@ class FastokensEncoder:
             self._native = fastokens.Tokenizer.from_json_str(state)
         except Exception as e:  # noqa: BLE001 - a layer fastokens does not implement
             raise NotExact(f"fastokens cannot load it ({type(e).__name__}: {str(e)[:200]})") from None
-        key = hashlib.sha256(f"{_CHECK_VERSION}\0{self.release}\0{state}".encode("utf-8")).hexdigest()
-        reason = _checked(key, lambda: vocabulary_check(backend, self._native, self.reference))
+        key = cache_key(str(_CHECK_VERSION), self.release, state)
+        reason = _CHECKS.get(key, lambda: vocabulary_check(backend, self._native, self.reference))
         if reason is not None:
             raise NotExact(reason)
         if self._reference is None:
