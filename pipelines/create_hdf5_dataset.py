@@ -33,8 +33,8 @@ from pipelines import command
 from pipelines.config import (CHAT_MODES, DPO, FIM, LMDATA, SUMMARIZATION, SUMMARIZATION_MODES,
                               SUMMARIZATION_VSL, TOOLS, VSL_MODES, Config, ConfigError, job_max_seq_lengths,
                               load_config)
+from pipelines.job_tokenizer import tokenizer_files
 from transforms.core.chat.batch import ChatConfig, RecordCheck
-from transforms.core.chat.template import CHATML_TOKENS
 from transforms.core.features import DPO_FEATURES, LM_FEATURES, VSL_FEATURES
 from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core.normalize import NormalizeConfig
@@ -54,8 +54,7 @@ from transforms.io.dead_letters import DEAD_LETTER_DIR, WriteDeadLetters
 from transforms.io.manifest import PARAMS_FILE, MergeStats, WriteDatasetParams, WriteSplitParams
 from transforms.io.read_corpus import DEAD_LETTERS, DOCS, FAN_OUT_BYTES, ReadCorpus, ReadInputManifest, \
     write_input_manifest
-from transforms.io.tokenizer_files import StagedTokenizerFiles, read_chat_template, read_tokenizer_files, \
-    stage_tokenizer_files
+from transforms.io.tokenizer_files import StagedTokenizerFiles, read_chat_template, stage_tokenizer_files
 from transforms.stages.chat import EncodeConversations
 from transforms.stages.fim import ApplyFim
 from transforms.stages.normalize import NormalizeDocuments
@@ -313,14 +312,8 @@ def plan_job(config: Config) -> JobPlan:
     files = tuple(InputFile(i, p, rel, fs.local_size(p)) for i, (p, rel) in enumerate(zip(paths, relpaths)))
     input_manifest = fs.join(config.output_dir, fs.TMP_DIR, INPUT_MANIFEST)
     try:
-        tok_files = read_tokenizer_files(
-            config.tokenizer_type, vocab_file=config.vocab_file, encoder_file=config.encoder_file,
-            huggingface_tokenizer=config.huggingface_tokenizer, eos_id=config.eos_id, pad_id=config.pad_id,
-            sep_token=config.sep_token if config.mode in SUMMARIZATION_MODES else None,
-            backend=config.tokenizer_backend, check_share=config.tokenizer_cross_check, check_seed=config.seed,
-            # ChatML's markers must be tokens for its turns to end in one: added where the vocabulary lacks them.
-            extra_special_tokens=CHATML_TOKENS if getattr(config, "chat_template", None) == "chatml" else ())
-        tokenizer = shared_tokenizer(tok_files)
+        tok_files = tokenizer_files(config)
+        tokenizer = shared_tokenizer(tok_files)  # built already, or being built, when the command had a head start
     except (FileNotFoundError, ValueError, OSError) as e:
         raise UserError(f"tokenizer: {e}") from None
     _check_dtypes(config, tokenizer.vocab_size)
@@ -770,7 +763,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         from pipelines.tools import main as tools_main
 
         return tools_main(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    command.configure_logging()
     try:
         config, beam_args = load_config(argv)
         params = run(config, beam_args)

@@ -83,6 +83,26 @@ def test_count_rows_of_a_padded_array_matches_the_decoder(gpt2_counter, data):
     assert gpt2_counter.count_rows(np.ascontiguousarray(ids.T).T, lengths) == expected  # a strided view too
 
 
+def test_whole_rows_across_gathers_and_beyond_the_packed_codes(gpt2_counter):
+    """Whole rows are summed from packed per-id codes, 64 rows a gather: split characters in the rows at the
+    gathers' edges count as decoded; rows too wide for the codes' fields are counted without them."""
+    tok = gpt2_counter._tok
+    split_text = tok.encode("🙂 日本").tolist()  # pieces that split characters
+    plain = tok.encode("plain words here").tolist()
+    width = len(split_text) + len(plain)
+    rows = [(plain * width)[:width] for _ in range(130)]
+    for i in (0, 63, 64, 127, 129):
+        rows[i] = split_text + plain
+    rows[100] = plain + split_text  # a run that ends with its row
+    ids = np.asarray(rows, dtype=np.int32)
+    expected = gpt2_counter._slow([np.asarray(r, dtype=np.int32) for r in rows])
+    assert gpt2_counter.count_rows(ids, np.full(len(rows), width)) == expected
+    wide = 1 << 22  # 128 bytes x 2^22 ids needs 29 bits for bytes alone, and as many for characters
+    assert gpt2_counter._table.codes(wide) is None and gpt2_counter._table.codes(width) is not None
+    row = np.resize(np.asarray(split_text + plain, dtype=np.int32), wide)[None, :]
+    assert gpt2_counter.count_rows(row, np.array([wide])) == gpt2_counter._slow([row[0]])
+
+
 @pytest.mark.skipif(not NEOX_JSON.is_file(), reason=f"{NEOX_JSON} not found (../shared is absent)")
 def test_neox_table_matches_decoder():
     tok = build_tokenizer(read_tokenizer_files(NEOX, encoder_file=str(NEOX_JSON)))

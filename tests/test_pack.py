@@ -161,6 +161,39 @@ def test_rows_equal_reference_transcription(case):
 
 
 @settings(max_examples=300, deadline=None)
+@given(pack_cases(), st.data())
+def test_any_range_of_rows_is_those_rows(case, data):
+    """rows_between(lo, hi) is rows[lo:hi] for every range: ranges of whole windows of one stream (a view of
+    it), of several documents' own streams (pack_sequences off: gathered), and with a group's last row."""
+    docs, cfg, seed = case
+    if cfg.max_seq_length == 2 and cfg.short_seq_prob > 0:
+        return  # the reference's empty randint range (above)
+    result = _pack(docs, cfg, seed)
+    n = len(result)
+    lo = data.draw(st.integers(0, n))
+    hi = data.draw(st.integers(lo, n))
+    np.testing.assert_array_equal(result.rows_between(lo, hi), result.rows[lo:hi])
+    # And as the reference writes them, row by row.
+    for i in range(lo, hi):
+        np.testing.assert_array_equal(result.rows_between(i, i + 1)[0], result.rows[i])
+
+
+def test_whole_rows_of_separate_documents_are_not_one_stream():
+    """Without packing, each document is its own stream: its rows are consecutive windows, but the next
+    document's first row does not follow on from the last one's."""
+    msl = 4
+    docs = [list(range(1, 2 * msl + 2)), list(range(100, 100 + 2 * msl + 1))]  # 2 whole windows each
+    cfg = PackConfig(max_seq_length=msl, pad_id=0, pack_sequences=False, min_sequence_len=0, write_remainder=False)
+    result = _pack(docs, cfg, 0)
+    assert result.lengths.tolist() == [msl + 1] * 4 and np.diff(result.starts).tolist() == [msl, msl + 1, msl]
+    rows = result.rows_between(0, 4)
+    assert rows[:, 0].tolist() == [[1, 2, 3, 4], [5, 6, 7, 8], [100, 101, 102, 103], [104, 105, 106, 107]]
+    assert rows[:, 2].tolist() == [[2, 3, 4, 5], [6, 7, 8, 9], [101, 102, 103, 104], [105, 106, 107, 108]]
+    assert (rows[:, 1] == 1).all()
+    assert result.rows_between(1, 3)[:, 0].tolist() == [[5, 6, 7, 8], [100, 101, 102, 103]]
+
+
+@settings(max_examples=300, deadline=None)
 @given(pack_cases())
 def test_write_remainder_adds_exactly_the_final_prefix_row(case):
     docs, cfg, seed = case

@@ -22,6 +22,9 @@ from transforms.core.tokenizer.exact import byte_stand_ins
 
 __all__ = ["DetokCounter"]
 
+# Rows per gather of whole rows' codes: 64 rows of 2048 ids are 1 MiB of codes, which stays in cache.
+_CODE_ROWS = 64
+
 
 class _ByteTable:
     """Per-id facts of a plain ByteLevel decoder: each id's bytes, and their sizes when valid UTF-8."""
@@ -34,6 +37,25 @@ class _ByteTable:
         self.nbytes = np.array([len(p) for p in pieces], dtype=np.int64) * self.whole
         self.nchars = np.array([len(t) if t is not None else 0 for t in texts], dtype=np.int64)
         self.split_ids = np.flatnonzero(~self.whole)
+        self._codes: dict = {}
+
+    def codes(self, width: int) -> Optional[tuple[np.ndarray, int, int]]:
+        """(per-id codes, chars' shift, split's shift) for rows of `width` ids, or None if they do not fit.
+
+        A code packs a piece's bytes, its characters and whether it splits a
+        character into one uint64, each field wide enough for a whole row's
+        sum, so that one gather and one sum per row give all three.
+        """
+        if width not in self._codes:
+            bits_b = int(self.nbytes.max(initial=0) * width).bit_length()
+            bits_c = int(self.nchars.max(initial=0) * width).bit_length()
+            if bits_b + bits_c + width.bit_length() > 64:
+                self._codes[width] = None
+            else:
+                codes = (self.nbytes.astype(np.uint64) | (self.nchars.astype(np.uint64) << np.uint64(bits_b))
+                         | ((~self.whole).astype(np.uint64) << np.uint64(bits_b + bits_c)))
+                self._codes[width] = (codes, bits_b, bits_b + bits_c)
+        return self._codes[width]
 
 
 def _utf8_or_none(data: bytes) -> Optional[str]:
@@ -101,10 +123,31 @@ class DetokCounter:
         if self._table is None:
             return self._slow([ids[i, :k] for i, k in enumerate(lengths.tolist())])
         if len(ids) and bool((lengths == ids.shape[1]).all()):
-            flat = ids.reshape(-1)  # whole rows (nearly every row of a job): one copy at most
-        else:
-            flat = ids[np.arange(ids.shape[1])[None, :] < lengths[:, None]]  # row by row, in order
+            return self._whole_rows(ids)  # nearly every row of a job
+        flat = ids[np.arange(ids.shape[1])[None, :] < lengths[:, None]]  # row by row, in order
         return self._sizes(flat, lengths)
+
+    def _whole_rows(self, ids: np.ndarray) -> tuple[int, int]:
+        """Rows [n, L] of L ids each: a sum of packed codes per row (`_ByteTable.codes`), read where the rows
+        lie (a view into the rows' array is not copied); the runs that split a character are then decoded
+        only in the rows that hold one."""
+        n, width = ids.shape
+        packed = self._table.codes(width)
+        if packed is None:
+            return self._sizes(ids.reshape(-1), np.full(n, width, dtype=np.int64))
+        codes, chars_at, split_at = packed
+        chars = nbytes = 0
+        split_rows = []
+        for lo in range(0, n, _CODE_ROWS):
+            sums = codes[ids[lo:lo + _CODE_ROWS]].sum(axis=1, dtype=np.uint64)
+            nbytes += int((sums & np.uint64((1 << chars_at) - 1)).sum())
+            chars += int(((sums >> np.uint64(chars_at)) & np.uint64((1 << (split_at - chars_at)) - 1)).sum())
+            split_rows.append(lo + np.flatnonzero(sums >> np.uint64(split_at)))
+        rows = np.concatenate(split_rows)
+        if len(rows):
+            run_chars, run_bytes = self._split_runs(ids[rows].reshape(-1), np.full(len(rows), width, np.int64))
+            chars, nbytes = chars + run_chars, nbytes + run_bytes
+        return chars, nbytes
 
     def _slow(self, rows: list) -> tuple[int, int]:
         texts = self._tok.decode_batch([np.asarray(r).tolist() for r in rows])
@@ -129,16 +172,24 @@ class DetokCounter:
         per_id = np.bincount(ids, minlength=len(table.whole))
         chars, nbytes = int(per_id @ table.nchars), int(per_id @ table.nbytes)
         if per_id[table.split_ids].any():
-            split = np.flatnonzero(~table.whole[ids])
-            row_starts = np.concatenate([[0], np.cumsum(lengths)])
-            row_of = np.searchsorted(row_starts, split, side="right")
-            new_run = np.ones(len(split), dtype=bool)
-            new_run[1:] = (np.diff(split) != 1) | (np.diff(row_of) != 0)
-            bounds = np.append(np.flatnonzero(new_run), len(split)).tolist()
-            split_ids = ids[split].tolist()
-            pieces = table.pieces
-            for lo, hi in zip(bounds[:-1], bounds[1:]):
-                text = b"".join([pieces[t] for t in split_ids[lo:hi]]).decode("utf-8", errors="replace")
-                chars += len(text)
-                nbytes += len(text.encode("utf-8"))
+            run_chars, run_bytes = self._split_runs(ids, lengths)
+            chars, nbytes = chars + run_chars, nbytes + run_bytes
+        return chars, nbytes
+
+    def _split_runs(self, ids: np.ndarray, lengths: np.ndarray) -> tuple[int, int]:
+        """(chars, bytes) of the runs of pieces that are not UTF-8 alone, decoded, each cut at its row's end."""
+        table = self._table
+        split = np.flatnonzero(~table.whole[ids])
+        row_starts = np.concatenate([[0], np.cumsum(lengths)])
+        row_of = np.searchsorted(row_starts, split, side="right")
+        new_run = np.ones(len(split), dtype=bool)
+        new_run[1:] = (np.diff(split) != 1) | (np.diff(row_of) != 0)
+        bounds = np.append(np.flatnonzero(new_run), len(split)).tolist()
+        split_ids = ids[split].tolist()
+        pieces = table.pieces
+        chars = nbytes = 0
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            text = b"".join([pieces[t] for t in split_ids[lo:hi]]).decode("utf-8", errors="replace")
+            chars += len(text)
+            nbytes += len(text.encode("utf-8"))
         return chars, nbytes

@@ -1,0 +1,38 @@
+"""The job's tokenizer, from its settings: the files `plan_job` reads, and a head start on building it.
+
+Building the tokenizer is a third of the command's start-up: `tokenizers`
+parses the vocabulary (~0.1 s), fastokens loads its own copy (~0.2 s, without
+the GIL), the detokenized-size table is made (~0.1 s). None of it needs Beam,
+so `warm` can run on a thread while the command imports Beam (most of the
+start-up, holding the GIL, leaving the other core idle); `plan_job` then
+finds the same tokenizer built (`shared_tokenizer` is keyed by these files
+and settings) or waits for it under its lock.
+"""
+
+from pipelines.config import CHAT_MODES, SUMMARIZATION_MODES, Config
+from transforms.core.chat.template import CHATML_TOKENS
+from transforms.core.detok import DetokCounter
+from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
+from transforms.io.tokenizer_files import read_tokenizer_files
+
+__all__ = ["tokenizer_files", "warm"]
+
+
+def tokenizer_files(config: Config) -> TokenizerFiles:
+    """The tokenizer's files and settings; FileNotFoundError, ValueError or OSError name what is wrong."""
+    return read_tokenizer_files(
+        config.tokenizer_type, vocab_file=config.vocab_file, encoder_file=config.encoder_file,
+        huggingface_tokenizer=config.huggingface_tokenizer, eos_id=config.eos_id, pad_id=config.pad_id,
+        sep_token=config.sep_token if config.mode in SUMMARIZATION_MODES else None,
+        backend=config.tokenizer_backend, check_share=config.tokenizer_cross_check, check_seed=config.seed,
+        # ChatML's markers must be tokens for its turns to end in one: added where the vocabulary lacks them.
+        extra_special_tokens=CHATML_TOKENS if getattr(config, "chat_template", None) == "chatml" else ())
+
+
+def warm(config: Config) -> None:
+    """Build what the job will ask of its tokenizer, into this process's caches."""
+    tokenizer = shared_tokenizer(tokenizer_files(config))
+    tokenizer.fingerprint()
+    if config.mode not in CHAT_MODES:  # chat encodes with offsets, on tokenizers itself
+        tokenizer.encoder
+    DetokCounter(tokenizer)
