@@ -344,17 +344,23 @@ def test_a_parquet_unit_of_a_file_of_unknown_size_has_no_bytes_to_share():
         assert [shares(0, False), shares(1, True)] == [0, 0]
 
 
-def test_the_groups_are_typed_for_their_coder():
+@pytest.mark.parametrize("fan_out_bytes", [None, 5])
+def test_the_groups_are_typed_for_their_coder(fan_out_bytes):
     """ReadCorpus's groups are typed DocBatch, so Beam encodes and sizes them with BatchCoder instead of pickling
-    each one to measure it (transforms/io/coders.py). The graph is built, not run."""
+    each one to measure it (transforms/io/coders.py), also where a large file's groups are handed on to
+    other workers (a distributed runner's fan-out). The graph is built, not run."""
+    import shutil
+
     import apache_beam as beam
     from apache_beam import coders
 
     from transforms.core.records import DocBatch
     from transforms.io.coders import BatchCoder
 
-    read = (beam.Pipeline() | beam.Create([InputFile(0, "a.jsonl", "a.jsonl", 1)])
-            | ReadCorpus(keys=KEYS, join_keys=True, group_bytes=10, unit_groups=1))
+    pipeline = beam.Pipeline()
+    read = (pipeline | beam.Create([InputFile(0, "a.jsonl", "a.jsonl", 1)])
+            | ReadCorpus(keys=KEYS, join_keys=True, group_bytes=10, unit_groups=1, fan_out_bytes=fan_out_bytes))
+    shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)  # made by Pipeline() and removed only by run()
     assert read[DOCS].element_type is DocBatch
     assert isinstance(coders.registry.get_coder(read[DOCS].element_type), BatchCoder)
 

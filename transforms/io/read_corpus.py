@@ -331,6 +331,7 @@ class ReadCorpus(beam.PTransform):
         )
         docs = read[DOCS]
         if self._fan_out_bytes is not None:
-            fanned = read[_FAN_OUT] | "FanOutGroups" >> beam.Reshuffle()
-            docs = (docs, fanned) | "AllGroups" >> beam.Flatten()
+            # Typed again after each step, which would otherwise say Any: Beam would pickle every group.
+            fanned = read[_FAN_OUT] | "FanOutGroups" >> beam.Reshuffle().with_output_types(DocBatch)
+            docs = (docs, fanned) | "AllGroups" >> beam.Flatten().with_output_types(DocBatch)
         return {DOCS: docs, DEAD_LETTERS: read[DEAD_LETTERS]}
