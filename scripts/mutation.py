@@ -67,6 +67,8 @@ MODULES = {
     "dead_letters": ("transforms/io/dead_letters.py", ["tests/test_dead_letter_sink.py", "tests/test_dead_letters.py"]),
     "manifest": ("transforms/io/manifest.py", ["tests/test_manifest.py"]),
     "hdf5_sink": ("transforms/io/hdf5_sink.py", ["tests/test_hdf5_sink.py"]),
+    "detok": ("transforms/core/detok.py", ["tests/test_detok.py"]),
+    "machine_cache": ("transforms/core/tokenizer/machine_cache.py", ["tests/test_machine_cache.py"]),
 }
 DEFAULT = ("pack", "summarization", "fim", "stats", "sharding", "seeds", "units", "records", "readers", "read_corpus",
            "vsl", "vsl_chunks", "splits", "sampler", "hf")

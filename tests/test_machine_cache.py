@@ -9,6 +9,7 @@ check found wrong must stay wrong.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import stat
@@ -119,9 +120,27 @@ def test_an_unwritable_cache_path_costs_only_the_check(monkeypatch, tmp_path):
 
 def test_keys_join_their_parts_unambiguously():
     assert cache_key("ab", "c") != cache_key("a", "bc")
-    assert cache_key("a") == cache_key("a") and len(cache_key("a")) == 64
-    with pytest.raises(ValueError, match="NUL"):
+    # The parts joined by NUL, as the fastokens verdicts' files have been named: those already on a machine stay.
+    assert cache_key("1", "0.3.5", "{}") == hashlib.sha256(b"1\x000.3.5\x00{}").hexdigest()
+    with pytest.raises(ValueError, match="^a part of a cache key holds a NUL$"):
         cache_key("a\0b")
+
+
+def test_memory_keeps_eight_by_default_and_a_fresh_cache_its_own_limit(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = tmp_path / "create_hdf5_dataset" / "things"
+    for cache, keep in ((MachineCache("things"), 8), (MachineCache("things", keep=2).fresh(), 2)):
+        for path in folder.glob("*"):
+            path.unlink()
+        calls, compute = _counting({k: k for k in "abcdefghi"})
+        for k in "abcdefghi"[:keep + 1]:
+            cache.get(k, compute(k))
+        for path in folder.iterdir():
+            path.unlink()
+        first, rest = "a", "abcdefghi"[1:keep + 1]
+        assert [cache.get(k, compute(k)) for k in rest] == list(rest) and len(calls) == keep + 1  # all held
+        cache.get(first, compute(first))
+        assert calls[-1] == first and len(calls) == keep + 2  # the oldest had gone
 
 
 # ------------------------------------------------------------ rank tables

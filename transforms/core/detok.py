@@ -4,9 +4,9 @@
 common byte-level BPE decoder the decoded text of a row is just the
 concatenated bytes of its tokens, UTF-8-decoded with replacement: sizes
 summed over a per-id table, with only the rare runs of tokens that split a
-character decoded (`DetokCounter._fast` says why that is exact). Any other decoder (or post-decode clean-up) falls back to
-`decode_batch`, and the fast path checks itself against it on a sample when
-one is given.
+character decoded (`DetokCounter._sizes` says why that is exact). Any other
+decoder (or post-decode clean-up) falls back to `decode_batch`; the tests
+compare the two paths on random rows (tests/test_detok.py).
 """
 
 from __future__ import annotations
@@ -66,28 +66,31 @@ def _utf8_or_none(data: bytes) -> Optional[str]:
 
 
 def _byte_level_table(tok) -> Optional[_ByteTable]:
-    """The per-id table, or None if the decoder is not plain ByteLevel."""
+    """The per-id table, or None if the decoder is not plain ByteLevel.
+
+    tokenizers' ByteLevel decoder turns a token whose every character stands
+    for a byte into those bytes, and any other token into its own UTF-8 text;
+    added tokens too ("ĀĀ" decodes to two NUL bytes, "a b" to itself).
+    """
     spec = json.loads(tok.backend.to_str())
     decoder = spec.get("decoder") or {}
-    if decoder.get("type") != "ByteLevel" or getattr(tok, "_clean_up_spaces", False):
+    if decoder.get("type") != "ByteLevel" or tok.clean_up_spaces:
         return None
-    # Each byte's printable stand-in maps to the latin-1 character of that byte,
-    # so a token is one translate + encode.
-    unbyte = {ord(stand_in): b for stand_in, b in byte_stand_ins().items()}
     size = tok.backend.get_vocab_size(with_added_tokens=True)
     pieces: list[bytes] = [b""] * size
-    added = {t["id"]: t["content"] for t in spec.get("added_tokens", [])}
     for token, i in tok.backend.get_vocab(with_added_tokens=True).items():
         if i >= size:
-            return None
-        if i in added:
-            pieces[i] = added[i].encode("utf-8")
-            continue
+            return None  # ids with a gap: no table to index
         try:
-            pieces[i] = token.translate(unbyte).encode("latin-1")
+            pieces[i] = token.translate(_BYTES_ONLY).encode("latin-1")
         except UnicodeEncodeError:
-            return None  # a character that is no byte's stand-in
+            pieces[i] = token.encode("utf-8")
     return _ByteTable(pieces)
+
+
+# str.translate + latin-1 turns a token of stand-ins into its bytes; any other character becomes one that
+# latin-1 cannot encode.
+_BYTES_ONLY = {**{c: 0xFFFF for c in range(256)}, **{ord(stand_in): b for stand_in, b in byte_stand_ins().items()}}
 
 
 _TABLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -105,13 +108,9 @@ def _table_of(tok) -> Optional[_ByteTable]:
 class DetokCounter:
     """Counts the characters and UTF-8 bytes of decoded rows, equal to `tok.decode` on each row."""
 
-    def __init__(self, tok, sample: Optional[list] = None):
+    def __init__(self, tok):
         self._tok = tok
         self._table = _table_of(tok)
-        if self._table is not None and sample:
-            # Never trust the shortcut blindly: it must agree with the real decoder.
-            if self._fast(sample) != self._slow(sample):
-                self._table = None
 
     def count(self, rows: list) -> tuple[int, int]:
         """rows: int arrays of token ids -> (chars, utf-8 bytes) of their decoded texts, summed."""

@@ -30,7 +30,7 @@ def cache_key(*parts: str) -> str:
     """sha256 of the parts joined by NUL, which none of them holds (JSON writes it escaped)."""
     if any("\0" in part for part in parts):
         raise ValueError("a part of a cache key holds a NUL")
-    return hashlib.sha256("\0".join(parts).encode("utf-8", errors="surrogatepass")).hexdigest()
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 class MachineCache(Generic[T]):

@@ -114,6 +114,11 @@ class Tokenizer:
         return self._encoder
 
     @property
+    def clean_up_spaces(self) -> bool:
+        """Whether decoding then cleans up spaces before punctuation, as transformers does (" ," -> ",")."""
+        return self._clean_up_spaces
+
+    @property
     def encoder_name(self) -> str:
         """Which library encodes: "fastokens", "tiktoken" or "tokenizers"."""
         return self.encoder.name
