@@ -11,9 +11,9 @@ values; `build` only wires stages.
 
 if __name__ == "__main__":
     # As `python -m`: settings only the process's first lines can make, before numpy and Beam load.
-    from pipelines import command
+    from pipelines import process
 
-    command.prepare()
+    process.prepare()
 
 import argparse
 import atexit
@@ -29,7 +29,7 @@ import apache_beam as beam
 import fsspec
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines import command
+from pipelines import process
 from pipelines.config import (CHAT_MODES, DPO, FIM, LMDATA, SUMMARIZATION, SUMMARIZATION_MODES,
                               SUMMARIZATION_VSL, TOOLS, VSL_MODES, Config, ConfigError, job_max_seq_lengths,
                               load_config)
@@ -763,7 +763,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         from pipelines.tools import main as tools_main
 
         return tools_main(argv)
-    command.configure_logging()
+    process.configure_logging()
     try:
         config, beam_args = load_config(argv)
         params = run(config, beam_args)
@@ -788,7 +788,7 @@ def cli() -> None:
     the exit handlers run, logging and the streams are flushed, and the process
     ends there. An exception (or argparse's exit) still ends it the usual way.
     """
-    command.started()
+    process.started()
     code = main()
     atexit._run_exitfuncs()
     logging.shutdown()

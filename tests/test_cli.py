@@ -104,11 +104,11 @@ def test_the_console_script_starts_the_command_before_its_imports(tmp_path):
     load (OpenBLAS's threads, the garbage collector) and then runs the same command."""
     assert '"create_hdf5_dataset=pipelines.command:cli"' in (ROOT / "setup.py").read_text()
     probe = ("import gc, os, sys\n"
-             "from pipelines import command\n"
-             "command.prepare()\n"
+             "from pipelines import process\n"
+             "process.prepare()\n"
              "assert 'apache_beam' not in sys.modules\n"
              "print(os.environ['OPENBLAS_NUM_THREADS'], gc.isenabled())\n"
-             "command.started()\n"
+             "process.started()\n"
              "print(gc.isenabled(), gc.get_freeze_count() > 0)\n")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -131,9 +131,9 @@ def test_the_head_start_builds_the_tokenizer_plan_job_uses(tmp_path):
     head start that fails leaves the error to main(), reported as without it."""
     args = ["LMData", "--input_dir", str(SAMPLE), *_gpt2_args(tmp_path / "out")]
     probe = ("import json, sys\n"
-             "from pipelines import command\n"
+             "from pipelines import process\n"
              "args = json.loads(sys.argv[1])\n"
-             "thread = command.prepare(args)\n"
+             "thread = process.prepare(args)\n"
              "thread.join()\n"
              "assert 'apache_beam' not in sys.modules\n"
              "from transforms.core.tokenizer import load, shared_tokenizer\n"
@@ -147,8 +147,8 @@ def test_the_head_start_builds_the_tokenizer_plan_job_uses(tmp_path):
                          timeout=300)
     assert out.stdout.split() == ["fastokens", "True", "True"], out.stderr
     # No head start for a tool, or for settings main() will refuse.
-    none = ("import json, sys\nfrom pipelines import command\n"
-            "print([command.prepare(a) for a in json.loads(sys.argv[1])])\n")
+    none = ("import json, sys\nfrom pipelines import process\n"
+            "print([process.prepare(a) for a in json.loads(sys.argv[1])])\n")
     refused = [["verify", str(tmp_path)], [], ["LMData", "--input_dir", "x"]]
     out = subprocess.run([sys.executable, "-c", none, json.dumps(refused)], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
