@@ -128,10 +128,11 @@ class JobPlan:
 
         output_dir = fs.join(self.output_dir, out.path) if out.path else self.output_dir
         sections = {name: dict(body) for name, body in self.sections.items()}
-        sections["setup"]["output_dir"] = output_dir
+        given = self.sections["setup"]["output_dir"]  # data_params.json records the user's spelling
+        sections["setup"]["output_dir"] = fs.join(given, out.path) if out.path else given
         sections["processing"]["max_seq_length"] = msl
         split = {"path": out.path, "subset": out.subset, "split": out.split, "max_seq_length": msl,
-                 "fraction": out.fraction, "split_seed": self.splits.seed, "job_output_dir": self.output_dir}
+                 "fraction": out.fraction, "split_seed": self.splits.seed, "job_output_dir": given}
         return dataclasses.replace(
             self, splits=None, output_dir=output_dir, sections=sections, extra={**self.extra, "split": split},
             pack=with_msl(self.pack), summarization=with_msl(self.summarization), fim=with_msl(self.fim),
@@ -245,18 +246,18 @@ def _storage_dir(config: Config, local_runner: bool) -> Optional[str]:
     what crosses it is written out by the service) and an interrupted job can
     resume.
     """
-    strategy = config.shuffle_strategy
+    strategy, output_dir = config.shuffle_strategy, fs.absolute(config.output_dir)
     if strategy == "runner":
         return None
     if not local_runner:
-        if not fs.is_local(config.output_dir):
-            return fs.join(config.output_dir, fs.TMP_DIR, "groups")
+        if not fs.is_local(output_dir):
+            return fs.join(output_dir, fs.TMP_DIR, "groups")
         if strategy == "disk":
             raise UserError("shuffle_strategy disk keeps packed groups under output_dir, which remote workers "
                             "can only share when it is a bucket (gs://...): use auto or runner")
         return None
-    if fs.is_local(config.output_dir):
-        return fs.join(config.output_dir, fs.TMP_DIR, "groups")
+    if fs.is_local(output_dir):
+        return fs.join(output_dir, fs.TMP_DIR, "groups")
     import tempfile
 
     return tempfile.mkdtemp(prefix="create_hdf5_dataset_groups_")
@@ -309,8 +310,12 @@ def plan_job(config: Config) -> JobPlan:
     if subsets != (None,):
         keep = [i for i, rel in enumerate(relpaths) if subset_of(rel) in subsets]
         paths, relpaths = [paths[i] for i in keep], [relpaths[i] for i in keep]
-    files = tuple(InputFile(i, p, rel, fs.local_size(p)) for i, (p, rel) in enumerate(zip(paths, relpaths)))
-    input_manifest = fs.join(config.output_dir, fs.TMP_DIR, INPUT_MANIFEST)
+    # Workers open these: absolute, since a worker's working directory is not this process's (a relative
+    # input_dir read on a Flink TaskManager names nothing). Seeds derive from the relative paths alone.
+    files = tuple(InputFile(i, fs.absolute(p), rel, fs.local_size(p))
+                  for i, (p, rel) in enumerate(zip(paths, relpaths)))
+    output_dir = fs.absolute(config.output_dir)
+    input_manifest = fs.join(output_dir, fs.TMP_DIR, INPUT_MANIFEST)
     try:
         tok_files = tokenizer_files(config)
         tokenizer = shared_tokenizer(tok_files)  # built already, or being built, when the command had a head start
@@ -381,7 +386,7 @@ def plan_job(config: Config) -> JobPlan:
         vsl=vsl,
         chat=chat,
         seed=config.seed,
-        output_dir=config.output_dir,
+        output_dir=output_dir,
         output_name=config.output_name,
         files_per_record=config.files_per_record,
         num_output_files=config.num_output_files,
@@ -690,7 +695,7 @@ def launch(config: Config, beam_args: list[str], plan_changes: Optional[dict] = 
                               "beam_version": beam.__version__, "beam_options": beam_args,
                               "shuffle_strategy": "disk" if storage else "runner"}})
     # DoFns carry a reference to the tokenizer files, staged where every worker can read them.
-    staged = stage_tokenizer_files(plan.tokenizer_files, fs.join(config.output_dir, fs.TMP_DIR), write=not dry_run)
+    staged = stage_tokenizer_files(plan.tokenizer_files, fs.join(plan.output_dir, fs.TMP_DIR), write=not dry_run)
     plan = dataclasses.replace(plan, tokenizer_files=staged, **(plan_changes or {}))
     if not dry_run:
         # The job graph names this file instead of holding the list: its size must not grow with the input.

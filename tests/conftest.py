@@ -14,6 +14,8 @@ def pytest_configure(config):
     # workers talk through, does not survive a fork, so these tests would hang there. scripts/mutation.py
     # leaves them out; the whole suite runs them.
     config.addinivalue_line("markers", "worker_processes: starts Beam SDK worker processes (not in mutation runs)")
+    config.addinivalue_line("markers", "engines: runs jobs on real Beam engines (Prism, Flink, Spark)")
+    config.addinivalue_line("markers", "engine_matrix: the whole real-engine matrix (make test-runners, not make test)")
     # The encoders' load checks keep their results in the user's cache directory
     # (transforms/core/tokenizer/machine_cache.py): the suite keeps its own, so that
     # it neither reads what an earlier run left nor leaves anything in the user's home.

@@ -30,12 +30,11 @@ def _fn_outputs(fn, unit):
     """(groups, dead-letter parts, fanned-out groups) of one unit."""
     groups, parts, fanned = [], [], []
     for out in fn.process(unit):
-        if not isinstance(out, pvalue.TaggedOutput):
-            groups.append(out)
-        elif out.tag == DEAD_LETTERS:
+        if isinstance(out, pvalue.TaggedOutput):
+            assert out.tag == DEAD_LETTERS, out.tag
             parts.append(out.value)
         else:
-            fanned.append(out.value)
+            (fanned if out.handed_on else groups).append(out)
     return groups, parts, fanned
 
 
@@ -322,15 +321,17 @@ def test_the_read_stage_finishes_the_bytes_each_output_stands_for(tmp_path, monk
         # Two groups (600 + 500 characters fill the first), then the bad line's dead-letter part.
         assert [type(getattr(o, "value", o)).__name__ for o in outputs] == ["DocBatch", "DocBatch",
                                                                              "DeadLetterPart"]
-        assert all(isinstance(o, pvalue.TaggedOutput) == (fan_out or o.tag == DEAD_LETTERS)
-                   for o in outputs if isinstance(o, pvalue.TaggedOutput))
+        # Groups leave on the main output, marked when bound for other workers; the dead-letter part is tagged.
+        assert [isinstance(o, pvalue.TaggedOutput) for o in outputs] == [False, False, True]
+        assert outputs[2].tag == DEAD_LETTERS
+        assert [o.handed_on for o in outputs[:2]] == [fan_out, fan_out]
         # Each output made between a begin and an end of the read stage, and one last look that found no more.
         assert calls[0::2] == [("begin", "read")] * 4
         ends = calls[1::2]
         assert [stage for _, stage, _ in ends] == ["read"] * 4 and ends[-1][2] == 0
         first, second, letters = (n for _, _, n in ends[:3])
         assert first > 0 and first + second == path.stat().st_size and letters == 0
-        assert [first, second] == [o.value.progress_bytes if fan_out else o.progress_bytes for o in outputs[:2]]
+        assert [first, second] == [o.progress_bytes for o in outputs[:2]]
 
 
 def test_a_parquet_unit_of_a_file_of_unknown_size_has_no_bytes_to_share():

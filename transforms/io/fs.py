@@ -73,6 +73,11 @@ def _forget(fs, path: str) -> None:
         pass
 
 
+def absolute(path: str) -> str:
+    """A local path made absolute (a worker's working directory is not the launcher's); a URL as it is."""
+    return os.path.abspath(_local(path)) if is_local(path) else path
+
+
 def join(base: str, *parts: str) -> str:
     if is_local(base):
         return os.path.join(_local(base), *parts)

@@ -1,7 +1,7 @@
 """ReadCorpus: input files -> one DocBatch per packing group, plus dead-letter parts.
 
-    InputFile ─PlanUnits─► WorkUnit ─Reshuffle─► ReadUnits ─► DocBatch (one per packing group)
-                                                          ├─► DocBatch of a large serial file ─Reshuffle─┘
+    InputFile ─PlanUnits─► WorkUnit ─Reshuffle─► ReadUnits ─► DocBatch (one per packing group) ─► Flatten ─► KeepArrived
+                                                          │      └─ handed on ─Reshuffle─► arrived ─┘
                                                           └─► DeadLetterPart
 
 A large .jsonl or .parquet file is planned as several work units that
@@ -12,6 +12,17 @@ tar) is read by one worker, which cuts it into packing groups of
 storage, its groups are handed to other workers through a Reshuffle as they
 are read, so tokenizing it does not wait on one core; smaller files are
 tokenized where they are read, which costs no shuffle (see `FAN_OUT_BYTES`).
+
+The groups handed on leave the read on its one output, marked `handed_on`:
+that output is flattened whole with what the Reshuffle delivers, and the
+copies that did not cross it are dropped after the Flatten. The plainer graph,
+a tagged output of its own reshuffled and flattened with the main output, is
+what Beam's Java fuser (Flink, Spark, Samza job servers) cannot run: it fuses
+the Flatten into the read's stage and also keeps it as a runner transform
+whose input no stage produces ("PCollectionNodes [...] were consumed but never
+produced"; the family of apache/beam#34647 and #21325). A PCollection that is
+both reshuffled and flattened fuses correctly, and the extra copies never
+leave the read's stage.
 """
 
 from __future__ import annotations
@@ -39,7 +50,6 @@ __all__ = ["ReadCorpus", "ReadInputManifest", "write_input_manifest", "plan_unit
 
 DOCS = "docs"
 DEAD_LETTERS = "dead_letters"
-_FAN_OUT = "fan_out"
 # Files read in order above this size on storage hand their groups on (on distributed runners).
 # About 1 GiB of text (16 groups), some 6 minutes of one vCPU: a unit that cannot be split
 # bounds the tail of a job, while handing text on costs a shuffle of ~2.8 bytes per token,
@@ -212,7 +222,7 @@ class _ReadUnitFn(beam.DoFn):
             docs, stats, size, started = [], Stats(), 0, time.perf_counter()
             if unit.fan_out:
                 self._fanned_out.inc()
-                return pvalue.TaggedOutput(_FAN_OUT, out)
+                out.handed_on = True
             return out
 
         k = unit.first_group
@@ -326,12 +336,29 @@ class ReadCorpus(beam.PTransform):
                                           self._fan_out_bytes)
             | "SpreadUnits" >> beam.Reshuffle()
             # DocBatch: sized for Beam's metrics without pickling (transforms.io.coders).
-            | "ReadUnits" >> beam.ParDo(self._fn).with_output_types(DocBatch).with_outputs(_FAN_OUT, DEAD_LETTERS,
-                                                                                          main=DOCS)
+            | "ReadUnits" >> beam.ParDo(self._fn).with_output_types(DocBatch).with_outputs(DEAD_LETTERS, main=DOCS)
         )
         docs = read[DOCS]
         if self._fan_out_bytes is not None:
             # Typed again after each step, which would otherwise say Any: Beam would pickle every group.
-            fanned = read[_FAN_OUT] | "FanOutGroups" >> beam.Reshuffle().with_output_types(DocBatch)
-            docs = (docs, fanned) | "AllGroups" >> beam.Flatten().with_output_types(DocBatch)
+            fanned = (docs
+                      | "HandedOn" >> beam.Filter(_is_handed_on).with_output_types(DocBatch)
+                      | "FanOutGroups" >> beam.Reshuffle().with_output_types(DocBatch)
+                      | "Arrived" >> beam.Map(_arrived).with_output_types(DocBatch))
+            docs = ((docs, fanned)
+                    | "AllGroups" >> beam.Flatten().with_output_types(DocBatch)
+                    | "KeepArrived" >> beam.Filter(_not_handed_on).with_output_types(DocBatch))
         return {DOCS: docs, DEAD_LETTERS: read[DEAD_LETTERS]}
+
+
+def _is_handed_on(batch: DocBatch) -> bool:
+    return batch.handed_on
+
+
+def _not_handed_on(batch: DocBatch) -> bool:
+    return not batch.handed_on
+
+
+def _arrived(batch: DocBatch) -> DocBatch:
+    """A handed-on group where it arrived (a new value: a step never changes its input)."""
+    return dataclasses.replace(batch, handed_on=False)

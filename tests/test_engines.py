@@ -1,0 +1,240 @@
+"""The job on real Beam engines, byte-identical to FnApiRunner: Prism, a standalone Flink cluster, Spark.
+
+Every other test runs on Beam's in-process FnApiRunner. Here each case runs
+once there (the reference) and then on an engine whose SDK workers are
+separate Python processes, each with a HOME, TMPDIR, cache and working
+directory of its own (scripts/engines.py's `worker`), started through Beam's
+worker pool (`--environment_type EXTERNAL`) as Dataflow and Flink start them:
+
+- Prism, the Go runner that `--runner DirectRunner` runs for a user online;
+- Flink 1.19: JobManager and TaskManager in separate JVMs (2 slots,
+  parallelism 2), jobs submitted by Beam's Flink job server;
+- Spark 3 in local[2] through Beam's Spark job server (the matrix only).
+
+The output must be the same bytes: every .h5 and dead-letter file, and every
+data_params.json apart from the run's own section (times, the options given)
+and the output directory's name. `verify` must pass on it, and every record
+read must be accounted for (the job refuses to finish otherwise).
+
+`make test` runs the smoke cases (a shuffled LMData job with bad lines, a
+split job, a Chat job) on Prism and on Flink; `make test-runners` runs the
+whole matrix (every mode, a large file fanned out to other workers, Spark).
+The engines are set up from the package registries on first use and kept
+under .runners/. Without Go or Java the tests skip, saying why;
+REQUIRE_RUNNERS=1 (CI) turns such a skip into a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scripts import engines
+from tests.helpers import ROOT, SHARED, require_shared, run_job
+
+pytestmark = [pytest.mark.worker_processes, pytest.mark.engines]
+
+GPT2 = ["--tokenizer_type", "GPT2Tokenizer", "--vocab_file", str(ROOT / "data/tokenizers/gpt2/vocab.bpe"),
+        "--encoder_file", str(ROOT / "data/tokenizers/gpt2/encoder.json")]
+QWEN = SHARED / "tokenizers" / "qwen2.5-instruct"
+REQUIRED = os.environ.get("REQUIRE_RUNNERS") == "1"
+
+
+def _engine(make):
+    """An engine, or a skip saying why it cannot be had here (a failure under REQUIRE_RUNNERS=1)."""
+    try:
+        return make()
+    except engines.Missing as e:
+        (pytest.fail if REQUIRED else pytest.skip)(f"engine not available: {e}")
+
+
+# ---------------------------------------------------------------- the engines (one each per session)
+
+
+@pytest.fixture(scope="session")
+def prism(tmp_path_factory):
+    binary = _engine(engines.setup_prism)
+    pool = engines.WorkerPool(tmp_path_factory.mktemp("prism_pool")).start()
+    yield pool, ["--runner", "PrismRunner", "--prism_location", str(binary),
+                 "--environment_type", "EXTERNAL", "--environment_config", pool.address]
+    pool.stop()
+
+
+@pytest.fixture(scope="session")
+def flink(tmp_path_factory):
+    cluster = _engine(lambda: engines.FlinkCluster(tmp_path_factory.mktemp("flink"), slots=2))
+    cluster.start()
+    yield cluster, cluster.flags(parallelism=2)
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    server = _engine(lambda: engines.SparkJobServer(tmp_path_factory.mktemp("spark"), cores=2))
+    server.start()
+    yield server, server.flags()
+    server.stop()
+
+
+# ---------------------------------------------------------------- the inputs
+
+
+def _bad_lines() -> str:
+    return "{not json\n" + json.dumps({"other": "no text key"}) + "\n"
+
+
+@pytest.fixture(scope="session")
+def text_inputs(tmp_path_factory) -> Path:
+    """en_small_pd in three files, one with two bad lines in the middle (dead letters)."""
+    lines = require_shared(SHARED / "corpora" / "en_small_pd.jsonl").read_text().splitlines(keepends=True)
+    root = tmp_path_factory.mktemp("text")
+    for k in range(3):
+        part = lines[k::3][:60]
+        if k == 1:
+            part.insert(7, _bad_lines())
+        (root / f"part_{k}.jsonl").write_text("".join(part))
+    return root
+
+
+@pytest.fixture(scope="session")
+def chat_inputs(tmp_path_factory) -> Path:
+    rng = np.random.default_rng(5)
+    words = ["alpha", "βeta", "γάμμα", "日本語", "naïve", "emoji 🙂", "line\nbreak", "x"]
+    root = tmp_path_factory.mktemp("chat")
+    lines = []
+    for i in range(40):
+        messages = [{"role": "system", "content": "Be brief."}] if i % 4 == 0 else []
+        for t in range(int(rng.integers(1, 4))):
+            for role in ("user", "assistant"):
+                messages.append({"role": role, "content": f"{role} {i}.{t}: " + " ".join(rng.choice(words, 6))})
+        lines.append(json.dumps({"id": i, "messages": messages}, ensure_ascii=False) + "\n")
+    lines.insert(11, json.dumps({"id": "bad", "messages": [{"role": "wizard", "content": "?"}]}) + "\n")
+    lines.insert(20, "{broken\n")
+    (root / "chat.jsonl").write_text("".join(lines))
+    return root
+
+
+SMOKE = {
+    "lm_shuffle": lambda inp: ["LMData", "--input_dir", str(inp["text"]), *GPT2, "--max_seq_length", "256",
+                               "--shuffle", "True", "--files_per_record", "50"],
+    "split": lambda inp: ["LMData", "--input_dir", str(inp["text"]), *GPT2, "--max_seq_length", "128",
+                          "--data_splits", "train=0.8,validation=0.1,test=0.1", "--shuffle", "True"],
+    "chat": lambda inp: ["Chat", "--input_dir", str(inp["chat"]), "--tokenizer_type", "HuggingFaceTokenizer",
+                         "--huggingface_tokenizer", str(require_shared(QWEN)), "--max_seq_length", "128"],
+}
+
+
+@pytest.fixture(scope="session")
+def inputs(text_inputs, chat_inputs) -> dict:
+    return {"text": text_inputs, "chat": chat_inputs}
+
+
+@pytest.fixture(scope="session")
+def reference(inputs, tmp_path_factory):
+    """Each case's output on FnApiRunner, made once: case -> output directory."""
+    made = {}
+
+    def get(case: str) -> Path:
+        if case not in made:
+            out = tmp_path_factory.mktemp(f"ref_{case}") / "out"
+            run_job(CASES[case](inputs) + ["--output_dir", str(out)])
+            made[case] = out
+        return made[case]
+
+    return get
+
+
+# ---------------------------------------------------------------- what "the same output" means
+
+
+def _files(out: Path) -> dict:
+    """Every file of a dataset (split outputs included), by path relative to it; scratch space must be gone."""
+    found = {}
+    for path in sorted(out.rglob("*")):
+        if path.is_file():
+            rel = path.relative_to(out).as_posix()
+            assert not rel.startswith(".tmp/") and "/.tmp/" not in rel, f"scratch space left: {rel}"
+            found[rel] = path
+    return found
+
+
+def _params(path: Path, out: Path) -> dict:
+    """data_params.json without what only describes the run: its own section and the output directory's name."""
+    params = json.loads(path.read_text().replace(str(out), "OUT"))
+    params.pop("run")
+    return params
+
+
+def assert_same_output(ref: Path, got: Path) -> None:
+    ref_files, got_files = _files(ref), _files(got)
+    assert sorted(got_files) == sorted(ref_files)
+    assert any(name.endswith(".h5") for name in ref_files)
+    for name, path in ref_files.items():
+        if name.endswith("data_params.json"):
+            assert _params(got_files[name], got) == _params(path, ref), name
+        else:
+            assert got_files[name].read_bytes() == path.read_bytes(), f"{name} differs"
+
+
+def _verify(out: Path) -> None:
+    from pipelines.create_hdf5_dataset import main
+
+    assert main(["verify", str(out)]) == 0
+
+
+def run_on(engine_flags: list, case: str, inputs: dict, out: Path) -> dict:
+    return run_job(CASES[case](inputs) + ["--output_dir", str(out)], runner=engine_flags)
+
+
+def _check(case, engine, inputs, reference, tmp_path):
+    pool, flags = engine[0].pool if hasattr(engine[0], "pool") else engine[0], engine[1]
+    started = pool.workers_started()
+    out = tmp_path / "out"
+    params = run_on(flags, case, inputs, out)
+    assert pool.workers_started() > started, "no SDK worker process was started: the job did not run there"
+    assert_same_output(reference(case), out)
+    _verify(out)
+    if case == "lm_shuffle":
+        assert params["input"]["bad"] == 2 and params["input"]["documents_read"] == 182
+    return params
+
+
+# ---------------------------------------------------------------- the smoke cases (make test)
+
+CASES = dict(SMOKE)
+
+
+@pytest.mark.parametrize("case", sorted(SMOKE))
+def test_prism_gives_fnapirunners_bytes(case, prism, inputs, reference, tmp_path):
+    _check(case, prism, inputs, reference, tmp_path)
+
+
+@pytest.mark.parametrize("case", sorted(SMOKE))
+def test_a_flink_cluster_gives_fnapirunners_bytes(case, flink, inputs, reference, tmp_path):
+    _check(case, flink, inputs, reference, tmp_path)
+
+
+def test_direct_runner_runs_on_prism_when_beam_has_it_cached(inputs, reference, tmp_path):
+    """`--runner DirectRunner` for a user online: Beam 2.77's SwitchingDirectRunner starts Prism from its cache
+    (~/.apache_beam/cache/prism/bin, where its first run downloads it) and falls back to its own runner only when
+    Prism fails. The job must really run on Prism: Prism names its job, and no fallback is logged."""
+    home = tmp_path / "home"
+    _engine(lambda: engines.prism_cache(home))
+    out = tmp_path / "out"
+    argv = CASES["lm_shuffle"](inputs) + ["--output_dir", str(out), "--runner", "DirectRunner"]
+    env = {**os.environ, "HOME": str(home)}
+    proc = subprocess.run([sys.executable, "-m", "pipelines.create_hdf5_dataset", *argv], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # The service Beam started is the binary from its cache (it logs the command it starts).
+    assert "Really starting service at localhost:" in proc.stderr
+    assert f"('{home}/.apache_beam/cache/prism/bin/apache_beam-v" in proc.stderr, proc.stderr[-3000:]
+    assert "pipeline done! (job=" in proc.stderr, proc.stderr[-3000:]
+    assert "Falling back" not in proc.stderr and "falling back" not in proc.stderr
+    assert_same_output(reference("lm_shuffle"), out)
