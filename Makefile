@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_OUT ?= demo_output
 
-.PHONY: demo test test-torch install bench bench-compress bench-read vsl-pack-bench scale-sim split-bench read-rates progress-eta mutation clean
+.PHONY: demo test test-runners runners prism-cache flink-cluster flink-cluster-stop spark-job-server spark-job-server-stop bench-runners test-torch install bench bench-compress bench-read vsl-pack-bench scale-sim split-bench read-rates progress-eta mutation clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,38 @@ demo: install
 	    --max_seq_length 1024 --files_per_record 100 --use_ftfy True
 	@echo "Output: $(abspath $(DEMO_OUT)) (data_params.json holds the statistics)"
 
+# Real engines (tests/test_engines.py): a smoke on Prism and a Flink cluster here; the whole matrix in test-runners.
+# They are set up on first use into .runners/ (kept); without Go or Java they skip, unless REQUIRE_RUNNERS=1.
 test: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -m "not engine_matrix" tests
+
+test-runners: install
+	$(PY) -m pytest -q -m engines tests/test_engines.py
+
+# Prism (go install), Beam's Flink and Spark job servers (Maven) into .runners/.
+runners: install
+	$(PY) scripts/engines.py setup all
+
+# Prism where `--runner DirectRunner` finds it (~/.apache_beam/cache/prism/bin), as after Beam's first download.
+prism-cache: install
+	$(PY) scripts/engines.py prism-cache
+
+# A standalone Flink cluster (JobManager, TaskManager, Beam's job server, SDK worker pool); prints the job's flags.
+flink-cluster: install
+	$(PY) scripts/engines.py flink start
+
+flink-cluster-stop: install
+	$(PY) scripts/engines.py flink stop
+
+spark-job-server: install
+	$(PY) scripts/engines.py spark start
+
+spark-job-server-stop: install
+	$(PY) scripts/engines.py spark stop
+
+# The bench corpus on FnApiRunner, Prism and Flink in one run: start-up apart from data time.
+bench-runners: install
+	$(PY) benchmarks/runners.py $(BENCH_RUNNERS_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT)

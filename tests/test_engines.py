@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 
 from scripts import engines
-from tests.helpers import ROOT, SHARED, require_shared, run_job
+from tests.helpers import ROOT, RUNNER, SHARED, require_shared
 
 pytestmark = [pytest.mark.worker_processes, pytest.mark.engines]
 
@@ -131,8 +131,9 @@ SMOKE = {
 
 
 @pytest.fixture(scope="session")
-def inputs(text_inputs, chat_inputs) -> dict:
-    return {"text": text_inputs, "chat": chat_inputs}
+def inputs(text_inputs, chat_inputs, prompt_inputs, dpo_inputs, code_inputs) -> dict:
+    return {"text": text_inputs, "chat": chat_inputs, "prompts": prompt_inputs, "dpo": dpo_inputs,
+            "code": code_inputs}
 
 
 @pytest.fixture(scope="session")
@@ -143,7 +144,7 @@ def reference(inputs, tmp_path_factory):
     def get(case: str) -> Path:
         if case not in made:
             out = tmp_path_factory.mktemp(f"ref_{case}") / "out"
-            run_job(CASES[case](inputs) + ["--output_dir", str(out)])
+            run_on(RUNNER, case, inputs, out)
             made[case] = out
         return made[case]
 
@@ -189,7 +190,11 @@ def _verify(out: Path) -> None:
 
 
 def run_on(engine_flags: list, case: str, inputs: dict, out: Path) -> dict:
-    return run_job(CASES[case](inputs) + ["--output_dir", str(out)], runner=engine_flags)
+    from pipelines.config import load_config
+    from pipelines.create_hdf5_dataset import run
+
+    config, beam_args = load_config(CASES[case](inputs) + ["--output_dir", str(out)] + engine_flags)
+    return run(config, beam_args, PLAN.get(case))
 
 
 def _check(case, engine, inputs, reference, tmp_path):
@@ -205,9 +210,76 @@ def _check(case, engine, inputs, reference, tmp_path):
     return params
 
 
+# ---------------------------------------------------------------- the matrix's inputs and cases
+
+
+@pytest.fixture(scope="session")
+def prompt_inputs(tmp_path_factory) -> Path:
+    """Prompt/completion records cut from en_small_pd's texts, and one without a completion (a dead letter)."""
+    lines = require_shared(SHARED / "corpora" / "en_small_pd.jsonl").read_text().splitlines()[:80]
+    root = tmp_path_factory.mktemp("prompts")
+    records = []
+    for i, line in enumerate(lines):
+        words = json.loads(line)["text"].split()[:40 + i % 30]
+        cut = len(words) // 3
+        records.append({"prompt": " ".join(words[:cut]), "completion": " " + " ".join(words[cut:])})
+    records.insert(9, {"prompt": "no completion here"})
+    (root / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return root
+
+
+@pytest.fixture(scope="session")
+def dpo_inputs(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("dpo")
+    records = [{"prompt": f"Question {i}: what is {i} + {i}?", "chosen": f"It is {2 * i}.",
+                "rejected": f"It is {2 * i + 1}, I believe, or so."} for i in range(30)]
+    records.insert(4, {"prompt": "no answers"})
+    (root / "dpo.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return root
+
+
+@pytest.fixture(scope="session")
+def code_inputs(tmp_path_factory) -> Path:
+    """code_small as one .jsonl.zst (read in order by one worker) with a bad line."""
+    from tests.helpers import zst
+
+    lines = require_shared(SHARED / "corpora" / "code_small.jsonl").read_bytes().splitlines(keepends=True)
+    root = tmp_path_factory.mktemp("code")
+    (root / "code.jsonl.zst").write_bytes(zst(b"".join(lines[:20] + [b"{bad json\n"] + lines[20:])))
+    return root
+
+
+OLMO = SHARED / "tokenizers" / "olmo-dolma2" / "tokenizer.json"
+MATRIX = {
+    "lm_in_order": lambda inp: ["LMData", "--input_dir", str(inp["text"]), *GPT2, "--max_seq_length", "256"],
+    "lm_vsl": lambda inp: ["LMData_VSL", "--input_dir", str(inp["text"]), *GPT2, "--max_seq_length", "256",
+                           "--shuffle", "True"],
+    "summarization": lambda inp: ["Summarization", "--input_dir", str(inp["prompts"]), *GPT2,
+                                  "--max_seq_length", "128", "--prompt_key", "prompt", "--completion_key",
+                                  "completion"],
+    "summarization_vsl": lambda inp: ["Summarization_VSL", "--input_dir", str(inp["prompts"]), *GPT2,
+                                      "--max_seq_length", "256", "--prompt_key", "prompt", "--completion_key",
+                                      "completion", "--shuffle", "True"],
+    "fim": lambda inp: ["FIM", "--input_dir", str(inp["code"]), "--tokenizer_type", "NeoXTokenizer",
+                        "--encoder_file", str(require_shared(OLMO)), "--max_seq_length", "256", "--fim_rate", "0.9",
+                        "--spm_rate", "0.5", "--fim_prefix_tok", "<|fim_prefix|>", "--fim_middle_tok",
+                        "<|fim_middle|>", "--fim_suffix_tok", "<|fim_suffix|>"],
+    "chat_vsl": lambda inp: ["Chat_VSL", "--input_dir", str(inp["chat"]), "--tokenizer_type", "HuggingFaceTokenizer",
+                             "--huggingface_tokenizer", str(require_shared(QWEN)), "--max_seq_length", "256"],
+    "dpo": lambda inp: ["DPO", "--input_dir", str(inp["dpo"]), "--tokenizer_type", "HuggingFaceTokenizer",
+                        "--huggingface_tokenizer", str(require_shared(QWEN)), "--max_seq_length", "96",
+                        "--prompt_key", "prompt"],
+    # A file read in order, cut into groups of ~40 KB that are all handed to other workers (a file past
+    # FAN_OUT_BYTES on a distributed runner; the sizes are made small here through the plan).
+    "fan_out": lambda inp: ["LMData", "--input_dir", str(inp["code"]), *GPT2, "--max_seq_length", "256",
+                            "--shuffle", "True"],
+}
+# Plan fields no flag sets, for a case (the same on FnApiRunner and on the engine).
+PLAN = {"fan_out": {"group_bytes": 40_000, "fan_out_bytes": 0}}
+
 # ---------------------------------------------------------------- the smoke cases (make test)
 
-CASES = dict(SMOKE)
+CASES = {**SMOKE, **MATRIX}
 
 
 @pytest.mark.parametrize("case", sorted(SMOKE))
@@ -238,3 +310,17 @@ def test_direct_runner_runs_on_prism_when_beam_has_it_cached(inputs, reference, 
     assert "pipeline done! (job=" in proc.stderr, proc.stderr[-3000:]
     assert "Falling back" not in proc.stderr and "falling back" not in proc.stderr
     assert_same_output(reference("lm_shuffle"), out)
+
+
+# ---------------------------------------------------------------- the matrix (make test-runners)
+
+
+@pytest.mark.engine_matrix
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("engine", ["prism", "flink", "spark"])
+def test_every_mode_on_every_engine_gives_fnapirunners_bytes(engine, case, request, inputs, reference, tmp_path):
+    if engine != "spark" and case in SMOKE:
+        pytest.skip("a smoke case: make test runs it on this engine")
+    params = _check(case, request.getfixturevalue(engine), inputs, reference, tmp_path)
+    if case == "fan_out":
+        assert params["input"]["bad"] == 1

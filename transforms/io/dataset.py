@@ -93,7 +93,7 @@ def open_h5(path: str) -> Iterator[h5py.File]:
         with h5py.File(path[len("file://"):] if path.startswith("file://") else path, "r") as f:
             yield f
     else:
-        with fsspec.open(path, "rb") as raw, h5py.File(raw, "r") as f:
+        with fs.open_remote_for_seeks(path) as raw, h5py.File(raw, "r") as f:
             yield f
 
 

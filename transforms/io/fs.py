@@ -73,6 +73,19 @@ def _forget(fs, path: str) -> None:
         pass
 
 
+def open_remote_for_seeks(path: str, cache_type: str = "readahead"):
+    """A remote file opened for reads that seek (h5py), with its cache named.
+
+    gcsfs 2026.10 made its default an adaptive cache that prefetches in the
+    background; under h5py's reads (small, seeking back and forth) one of its
+    fetches never completed here and the reader waited for good (the emulator
+    test of the map-style reader hung). "readahead" was gcsfs's default before
+    it; "none" reads exactly the bytes asked (one row's chunk).
+    """
+    filesystem, inner = fsspec.core.url_to_fs(path)
+    return filesystem.open(inner, "rb", cache_type=cache_type)
+
+
 def absolute(path: str) -> str:
     """A local path made absolute (a worker's working directory is not the launcher's); a URL as it is."""
     return os.path.abspath(_local(path)) if is_local(path) else path

@@ -74,12 +74,10 @@ class _FileRows:
             self._fd = os.open(local, os.O_RDONLY)
             self._remote = None
         else:
-            import fsspec
-
-            self._h5 = h5py.File(fsspec.open(path, "rb").open(), "r")
+            self._h5 = h5py.File(fs.open_remote_for_seeks(path), "r")
             self._fd = None
             # A second handle for the chunks, with no read-ahead: each read is one row's bytes.
-            self._remote = fsspec.open(path, "rb", block_size=0).open()
+            self._remote = fs.open_remote_for_seeks(path, cache_type="none")
             self._lock = threading.Lock()
         data = self._h5["data"]
         self._data = data
