@@ -50,6 +50,7 @@ from transforms.io.compressors import Codec
 from transforms.io.hdf5_format import GZIP_LEVEL
 from transforms.io.hdf5_sink import EncodeRows, RowFormat, WriteHdf5Shards
 from transforms.io.intermediate import STORED, SkipStoredGroups, StoreGroups
+from transforms.io.job_progress import FlinkRestMetrics, JobProgress, live_metrics
 from transforms.io.dead_letters import DEAD_LETTER_DIR, WriteDeadLetters
 from transforms.io.manifest import PARAMS_FILE, MergeStats, WriteDatasetParams, WriteSplitParams
 from transforms.io.read_corpus import DEAD_LETTERS, DOCS, FAN_OUT_BYTES, ReadCorpus, ReadInputManifest, \
@@ -654,6 +655,7 @@ class Launched:
     local: bool
     storage_dir: Optional[str]
     started: float
+    progress: Optional[JobProgress] = None  # a job running elsewhere: followed by its Beam counters
 
 
 def runner_plan(plan: JobPlan, config: Config, options: PipelineOptions) -> JobPlan:
@@ -707,12 +709,29 @@ def launch(config: Config, beam_args: list[str], plan_changes: Optional[dict] = 
         _check_graph_size(pipeline)
     result = pipeline.run()
     job_id = getattr(result, "job_id", lambda: None)()
+    follower = None
     if dry_run:
         print("create_hdf5_dataset: dry run: the job graph is valid; nothing was written or submitted",
               file=sys.stderr)
-    elif job_id and not local:
-        print(f"create_hdf5_dataset: submitted job {job_id}", file=sys.stderr)
-    return Launched(result, dry_run, local, storage, started)
+    elif not local:
+        if job_id:
+            print(f"create_hdf5_dataset: submitted job {job_id}", file=sys.stderr)
+        # The workers are other processes: the bar follows the job's own counters.
+        sizes = [f.size for f in plan.files]
+        follower = JobProgress(result, None if None in sizes else sum(sizes), sys.stderr,
+                               terminal=bool(config.display_pbar) and sys.stderr.isatty(),
+                               metrics=_metrics_source(options, result)).start()
+    return Launched(result, dry_run, local, storage, started, follower)
+
+
+def _metrics_source(options: PipelineOptions, result):
+    """Where a running job's counters are read: Flink's REST API when a Flink master is named (Beam's Flink job
+    server answers only once the job has ended), else the runner's own answer."""
+    master = options.get_all_options().get("flink_master")
+    job_id = getattr(result, "_job_id", None)
+    if master and master not in ("[auto]", "[local]", "[collection]") and job_id:
+        return FlinkRestMetrics(master, job_id)
+    return live_metrics
 
 
 # Dataflow refuses a job whose graph is over 10 MB; the request holds more than the pipeline, so keep a margin.
@@ -736,7 +755,11 @@ def run(config: Config, beam_args: list[str], plan_changes: Optional[dict] = Non
         if launched.dry_run:
             return None
         launched.result.wait_until_finish()
+        if launched.progress is not None:
+            launched.progress.finish(succeeded=True)
     finally:
+        if launched is not None and launched.progress is not None:
+            launched.progress.finish(succeeded=False)  # a no-op once finished
         progress.finish()
         if launched and launched.storage_dir and fs.is_local(launched.storage_dir) \
                 and not fs.is_local(config.output_dir):

@@ -268,6 +268,22 @@ class WorkerPool:
             stop_pid(self.proc.pid)
             self.proc = None
 
+    def worker_pids(self) -> list:
+        """The SDK worker processes the pool has started and that are alive (its children)."""
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid == self.proc.pid and b"worker" in cmdline:
+                pids.append(int(entry.name))
+        return sorted(pids)
+
     def workers_started(self) -> int:
         root = self.base / "workers"
         return len(list(root.iterdir())) if root.exists() else 0
@@ -309,9 +325,11 @@ class FlinkCluster:
 
     # -- the Beam flags of a job on this cluster
     def flags(self, parallelism: int = 2) -> list:
+        # --flink_master names the cluster's REST address: the job server submits there (as it would anyway),
+        # and the launcher follows the running job's counters through it.
         return ["--runner", "PortableRunner", "--job_endpoint", f"localhost:{self.job_port}",
                 "--environment_type", "EXTERNAL", "--environment_config", self.pool.address,
-                "--parallelism", str(parallelism)]
+                "--parallelism", str(parallelism), "--flink_master", f"localhost:{self.rest_port}"]
 
     def _java(self, main: str, *args: str, jvm: tuple = ()) -> list:
         return ["java", *JAVA_OPENS, *jvm, "-cp", f"{self.lib}/*", main, *args]
@@ -361,6 +379,14 @@ class FlinkCluster:
             "--configDir", str(self.base / "conf"), *dynamic, jvm=jvm), log)
         _wait("Flink TaskManager", lambda: self.registered_taskmanagers() > before,
               [self.procs["taskmanager"]], log)
+
+    def jobs(self) -> list:
+        """Flink's jobs: [{"id", "status"}], newest state of each."""
+        return (self._rest("/jobs") or {}).get("jobs", [])
+
+    def failures(self, job_id: str) -> int:
+        """Task failures Flink recorded for a job (each restarted what it hit)."""
+        return len((self._rest(f"/jobs/{job_id}/exceptions") or {}).get("exceptionHistory", {}).get("entries", []))
 
     def registered_taskmanagers(self) -> int:
         return sum(1 for tm in self._rest("/taskmanagers")["taskmanagers"] if tm.get("slotsNumber"))

@@ -165,20 +165,24 @@ def _files(out: Path) -> dict:
     return found
 
 
-def _params(path: Path, out: Path) -> dict:
-    """data_params.json without what only describes the run: its own section and the output directory's name."""
+def _params(path: Path, out, resumed: bool = False) -> dict:
+    """data_params.json without what only describes the run: its own section and the output directory's name
+    (and, for a resumed run, the setting that said to resume)."""
     params = json.loads(path.read_text().replace(str(out), "OUT"))
     params.pop("run")
+    if resumed:
+        assert params["processing"].pop("resume_from_checkpoint") in (True, False)
     return params
 
 
-def assert_same_output(ref: Path, got: Path) -> None:
+def assert_same_output(ref: Path, got: Path, resumed: bool = False, got_spelled: str = None) -> None:
+    """got_spelled: how got's data_params.json names its directory (a bucket's URL, downloaded to `got`)."""
     ref_files, got_files = _files(ref), _files(got)
     assert sorted(got_files) == sorted(ref_files)
     assert any(name.endswith(".h5") for name in ref_files)
     for name, path in ref_files.items():
         if name.endswith("data_params.json"):
-            assert _params(got_files[name], got) == _params(path, ref), name
+            assert _params(got_files[name], got_spelled or got, resumed) == _params(path, ref, resumed), name
         else:
             assert got_files[name].read_bytes() == path.read_bytes(), f"{name} differs"
 
@@ -292,6 +296,45 @@ def test_a_flink_cluster_gives_fnapirunners_bytes(case, flink, inputs, reference
     _check(case, flink, inputs, reference, tmp_path)
 
 
+@pytest.fixture(scope="session")
+def many_groups(tmp_path_factory) -> Path:
+    """en_small_pd in 12 files: 12 groups, encoded one after another."""
+    lines = require_shared(SHARED / "corpora" / "en_small_pd.jsonl").read_text().splitlines(keepends=True)
+    root = tmp_path_factory.mktemp("many_groups")
+    for k in range(12):
+        (root / f"part_{k:02d}.jsonl").write_text("".join(lines[k::12]))
+    return root
+
+
+@pytest.mark.parametrize("engine", ["prism", "flink"])
+def test_the_progress_of_a_job_running_elsewhere_follows_its_counters(engine, request, many_groups, tmp_path,
+                                                                      monkeypatch):
+    """The workers are other processes: the launcher asks the running job for its counter of input bytes encoded
+    (Prism: its job service; Flink: the cluster's REST API, since Beam's job server answers only at the end).
+    The bar moves forwards only, shows some of the work while the job runs (the encoder has counted every byte
+    before the files are written, so the last poll before the end finds at least that), and reaches the
+    total, the input's size, exactly once: at the end."""
+    from pipelines.config import load_config
+    from pipelines.create_hdf5_dataset import launch
+    from transforms.io import job_progress
+
+    monkeypatch.setattr(job_progress, "POLL_SECONDS", 0.2)
+    _, flags = request.getfixturevalue(engine)
+    argv = ["LMData", "--input_dir", str(many_groups), *GPT2, "--max_seq_length", "256",
+            "--output_dir", str(tmp_path / "out")]
+    launched = launch(*load_config(argv + flags))
+    follower = launched.progress
+    assert follower is not None
+    launched.result.wait_until_finish()
+    follower.finish(succeeded=True)
+    total = sum(p.stat().st_size for p in many_groups.iterdir())
+    seen = follower.positions
+    assert seen == sorted(seen), seen
+    assert seen[-1] == total and seen.count(total) == 1, seen
+    assert any(0 < p < total for p in seen), f"nothing seen while the job ran: {seen}"
+    assert follower.queries_failed <= 2, "the running job did not answer"
+
+
 def test_direct_runner_runs_on_prism_when_beam_has_it_cached(inputs, reference, tmp_path):
     """`--runner DirectRunner` for a user online: Beam 2.77's SwitchingDirectRunner starts Prism from its cache
     (~/.apache_beam/cache/prism/bin, where its first run downloads it) and falls back to its own runner only when
@@ -324,3 +367,146 @@ def test_every_mode_on_every_engine_gives_fnapirunners_bytes(engine, case, reque
     params = _check(case, request.getfixturevalue(engine), inputs, reference, tmp_path)
     if case == "fan_out":
         assert params["input"]["bad"] == 1
+
+
+# ---------------------------------------------------------------- faults on Flink (make test-runners)
+#
+# The fault lands once the first shard is committed, the job then being in its last stage (a shuffled job
+# writes its files after the layout is known): some files are final, others half written or not begun.
+# Small files (FAULT_FILES rows each) make that stage long enough to be caught in it.
+
+FAULT_FILES = ["--files_per_record", "2"]
+
+
+def _launch(case: str, inputs: dict, out: Path, flags: list, extra: list = ()):
+    from pipelines.config import load_config
+    from pipelines.create_hdf5_dataset import launch
+
+    config, beam_args = load_config(CASES[case](inputs) + ["--output_dir", str(out), *extra] + flags)
+    return launch(config, beam_args, PLAN.get(case))
+
+
+def _first_shard(out: Path, cluster, timeout: float = 300.0) -> str:
+    """Wait until a shard is committed; returns the Flink job's id."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(out.glob("*.h5")):
+            running = [j["id"] for j in cluster.jobs() if j["status"] == "RUNNING"]
+            assert running, "a shard was committed but no job is running"
+            return running[0]
+        time.sleep(0.02)
+    pytest.fail(f"no shard committed within {timeout:.0f} s")
+
+
+@pytest.fixture(scope="session")
+def fault_reference(inputs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref_fault") / "out"
+    run_job_flags = CASES["lm_shuffle"](inputs) + ["--output_dir", str(out), *FAULT_FILES]
+    from pipelines.config import load_config
+    from pipelines.create_hdf5_dataset import run
+
+    run(*load_config(run_job_flags + RUNNER))
+    return out
+
+
+@pytest.mark.engine_matrix
+@pytest.mark.parametrize("victim", ["taskmanager", "sdk_worker"])
+def test_flink_restarts_what_a_killed_process_was_running_and_the_bytes_are_the_same(
+        victim, flink, inputs, fault_reference, tmp_path):
+    """A TaskManager (all the job's slots) or one SDK worker process killed mid-job: Flink fails the tasks it
+    ran and runs them again (a new TaskManager is started, as a supervisor would), every committed file is
+    rewritten to the same bytes, no row is written twice, and no unfinished file ever takes a final name."""
+    import signal
+
+    cluster, flags = flink
+    out = tmp_path / "out"
+    launched = _launch("lm_shuffle", inputs, out, flags, FAULT_FILES)
+    job = _first_shard(out, cluster)
+    if victim == "taskmanager":
+        cluster.kill("taskmanager")
+        cluster.start_taskmanager()
+    else:
+        pids = cluster.pool.worker_pids()
+        assert pids, "no SDK worker process is alive mid-job"
+        os.kill(pids[0], signal.SIGKILL)
+    launched.result.wait_until_finish()
+    assert cluster.failures(job) >= 1, "Flink recorded no failure: the fault did not reach the job"
+    assert_same_output(fault_reference, out)
+    _verify(out)
+
+
+@pytest.mark.engine_matrix
+def test_a_job_whose_whole_cluster_died_resumes_to_the_uninterrupted_bytes(inputs, fault_reference, tmp_path):
+    """Every process of the cluster (JobManager, TaskManager, job server, SDK workers) killed mid-job; on a new
+    cluster the same command with --resume_from_checkpoint True keeps the files already committed and
+    writes the rest: the uninterrupted job's bytes."""
+    out = tmp_path / "out"
+    first = _engine(lambda: engines.FlinkCluster(tmp_path / "flink_a", slots=2)).start()
+    try:
+        _launch("lm_shuffle", inputs, out, first.flags(), FAULT_FILES)
+        _first_shard(out, first)
+        for name in ("taskmanager", "jobmanager", "job_server"):
+            first.kill(name)
+        for pid in first.pool.worker_pids():
+            os.kill(pid, 9)
+        first.pool.stop()
+    finally:
+        first.stop()
+    assert not (out / "data_params.json").exists(), "the job finished before its cluster died"
+    committed = {p.name: p.read_bytes() for p in out.glob("*.h5")}
+    second = engines.FlinkCluster(tmp_path / "flink_b", slots=2).start()
+    try:
+        _launch("lm_shuffle", inputs, out, second.flags(), FAULT_FILES + ["--resume_from_checkpoint", "True"]
+                ).result.wait_until_finish()
+    finally:
+        second.stop()
+    assert committed and all((out / name).read_bytes() == data for name, data in committed.items())
+    assert_same_output(fault_reference, out, resumed=True)
+    _verify(out)
+
+
+# ---------------------------------------------------------------- workers that share no disk with the launcher
+
+from tests.test_gcs import emulator, gcs  # noqa: E402,F401 - the storage emulator's fixtures
+
+
+@pytest.mark.engine_matrix
+def test_flink_workers_read_and_write_through_the_bucket_only(flink, gcs, inputs, tmp_path):
+    """Input and output in a bucket, as on Dataflow: the workers get everything they read (the input list,
+    the staged tokenizer files, the layout) through the output location and the job. The tokenizer files
+    given on the command line are deleted as soon as the job is submitted; the workers, each in a HOME and
+    TMPDIR of its own, must not need them. The files equal an in-process run's."""
+    import shutil
+
+    from pipelines.config import load_config
+    from pipelines.create_hdf5_dataset import launch, run
+
+    fs, bucket = gcs
+    cluster, flags = flink
+    for path in sorted(inputs["text"].iterdir()):
+        fs.put(str(path), f"{bucket}/in/{path.name}")
+    client = tmp_path / "client_only"
+    shutil.copytree(ROOT / "data" / "tokenizers" / "gpt2", client)
+    argv = ["LMData", "--input_dir", f"gs://{bucket}/in", "--tokenizer_type", "GPT2Tokenizer",
+            "--vocab_file", str(client / "vocab.bpe"), "--encoder_file", str(client / "encoder.json"),
+            "--max_seq_length", "256", "--shuffle", "True", "--files_per_record", "100"]
+    ref = tmp_path / "ref"
+    run(*load_config(argv + ["--output_dir", str(ref)] + RUNNER))
+    # Started now, the pool's workers see the emulator through the environment (as a worker its credentials).
+    pool = engines.WorkerPool(tmp_path / "gs_pool").start()
+    try:
+        at = flags.index("--environment_config") + 1
+        gs_flags = flags[:at] + [pool.address] + flags[at + 1:]
+        out = f"gs://{bucket}/out"
+        launched = launch(*load_config(argv + ["--output_dir", out] + gs_flags))
+        shutil.rmtree(client)
+        launched.result.wait_until_finish()
+        assert pool.workers_started() >= 1
+    finally:
+        pool.stop()
+    fs.invalidate_cache()
+    got = tmp_path / "got"
+    fs.get(f"{bucket}/out/", str(got), recursive=True)
+    assert_same_output(ref, got, got_spelled=out)

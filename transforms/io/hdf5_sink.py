@@ -31,13 +31,14 @@ from transforms.core.encoded import EncodedRows
 from transforms.core.memory import release_free_memory
 from transforms.core.records import EncodedBlock, PerPart, RowBlock, WindowBlock, for_group, for_part
 from transforms.core.sharding import Layout, shard_name
-from transforms.core.stats import H5_ROWS, real_lengths, row_stats
+from transforms.core.stats import H5_ROWS, PROGRESS_BYTES, real_lengths, row_stats
 from transforms.core.threads import process_threads
 from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.io import fs, progress
 from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 from transforms.io.compressors import as_codec
+from transforms.io.job_progress import PROGRESS_COUNTER, PROGRESS_NAMESPACE
 from transforms.io.hdf5_format import GZIP_LEVEL, WRITE_BATCH_ROWS, encode_batches, shard_n_examples, write_chunks
 from transforms.io.spill import load_spilled, read_spilled
 
@@ -98,6 +99,8 @@ class _EncodeFn(beam.DoFn):
         self._tokenizer_files = tokenizer_files
         self._level = gzip_level
         self._threads = process_threads(process_cpus)
+        # What a launcher follows a remote job's progress by (transforms/io/job_progress.py).
+        self._progress = beam.metrics.Metrics.counter(PROGRESS_NAMESPACE, PROGRESS_COUNTER)
 
     def setup(self):
         self._detok = None
@@ -135,6 +138,7 @@ class _EncodeFn(beam.DoFn):
         stats.totals[TIME_PREFIX + "encode"] += int((time.perf_counter() - started) * 1000)
         progress.settle(block.group.name, 1.0)  # all of it, even for a group without rows
         progress.end("encode")
+        self._progress.inc(stats[PROGRESS_BYTES])
         yield EncodedBlock(block.group, len(encoded), rows=encoded, stats=stats)
 
     @staticmethod

@@ -13,6 +13,7 @@ from transforms.core.chat.encode import ChatEncoder
 from transforms.core.chat.template import ChatRenderer
 from transforms.core.memory import release_free_memory
 from transforms.core.records import PerPart, WindowBlock, for_group
+from transforms.core.stats import PROGRESS_BYTES
 from transforms.core.threads import limit_native_threads
 from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
@@ -53,6 +54,7 @@ class _EncodeConversationsFn(beam.DoFn):
             progress.done("chat", batch.progress_bytes - encoder.reported)
         progress.count("documents", documents)
         out.stats.totals[TIME_PREFIX + "tokenize"] += int((time.perf_counter() - started) * 1000)
+        out.stats.totals[PROGRESS_BYTES] += batch.progress_bytes  # the encoder counts it for a remote job's bar
         release_free_memory()
         yield out
 

@@ -14,7 +14,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.core.memory import release_free_memory
 from transforms.core.records import DocBatch, GroupId, TokenBatch
-from transforms.core.stats import ENCODER_CHECK, Stats
+from transforms.core.stats import ENCODER_CHECK, PROGRESS_BYTES, Stats
 from transforms.core.threads import limit_native_threads
 from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer, tokenize_documents
@@ -122,6 +122,7 @@ class _TokenizeFn(beam.DoFn):
         parts: list = [[] for _ in range(n_keys)]
         for (k, texts), share in zip(slices, progress.shares(batch.progress_bytes, weights)):
             parts[k].append(self._pool.submit(self._encode, texts, share, len(texts) if k == 0 else 0))
+        batch.stats.totals[PROGRESS_BYTES] += batch.progress_bytes  # the encoder counts it for a remote job's bar
         self._pending.append(_InFlight(batch.group, batch.stats, parts, window, timestamp))
         # The newest group is encoded while the older ones go on downstream. A split job's group arrives as
         # one share per output: all of them stay in flight until the next group starts, or the large share
