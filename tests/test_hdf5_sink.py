@@ -151,6 +151,33 @@ def test_an_inline_piece_is_plain_values_and_reads_back():
     assert source.offsets.tolist() == [0, 1, 4, 4, 8]
 
 
+@pytest.mark.parametrize("seed", [None, 5])
+def test_a_groups_rows_cross_the_shuffle_in_pieces_of_bounded_bytes(tmp_path, monkeypatch, seed):
+    """A piece is one record of the runner's shuffle: at most PIECE_BYTES of chunks, or one row larger alone
+    (Flink's batch GroupByKey must hold a record whole in a sort buffer). Every row reaches each file the rule
+    sends it to once, in the route's order, and the files are what the rule says."""
+    groups = {_group(i): n for i, n in enumerate([40, 3, 25])}
+    blocks = [_block(g, n) for g, n in groups.items()]
+    layouts = _make_layouts([_meta(b) for b in blocks], (None,), seed, 16, None)
+    sizes = np.concatenate([np.diff(b.rows.offsets) for b in blocks])
+    limit = int(np.median(sizes)) * 2  # a few rows a piece, and rows larger than half of it
+    monkeypatch.setattr(hdf5_sink, "PIECE_BYTES", limit)
+    n_pieces = n_reached = 0
+    for b in blocks:
+        g = layouts[None].group_of(b.group.sort_key)
+        got = defaultdict(list)
+        pieces = list(_route(b, layouts))
+        for (_, f), piece in pieces:
+            lengths = np.frombuffer(piece[2], dtype="<u4")
+            assert piece[0] == g and (lengths.sum() <= limit or len(lengths) == 1)
+            got[f] += _piece_rows(piece).tolist()
+        assert dict(got) == {f: index.tolist() for f, index in layouts[None].route(g)}
+        n_pieces, n_reached = n_pieces + len(pieces), n_reached + len(got)
+    assert n_pieces > n_reached  # some group's rows for a file took several pieces
+    _write(blocks, str(tmp_path), seed=seed, files_per_record=16, shuffle_pieces=3)
+    _check_files(tmp_path, groups, seed, 16)
+
+
 def test_a_stored_piece_refers_to_the_whole_group(tmp_path):
     chunks = [bytes([i]) * (i + 1) for i in range(6)]
     ref = spill_group(str(tmp_path), _group(1), EncodedRows.from_chunks(chunks), Stats())

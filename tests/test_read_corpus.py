@@ -27,15 +27,16 @@ _LISTED = object()
 
 
 def _fn_outputs(fn, unit):
-    """(groups, dead-letter parts, fanned-out groups) of one unit."""
-    groups, parts, fanned = [], [], []
+    """(groups, dead-letter parts, fanned-out groups) of one unit: a unit's groups are handed on (by the graph:
+    ReadCorpus reads such units apart) when the unit says so."""
+    groups, parts = [], []
     for out in fn.process(unit):
         if isinstance(out, pvalue.TaggedOutput):
             assert out.tag == DEAD_LETTERS, out.tag
             parts.append(out.value)
         else:
-            (fanned if out.handed_on else groups).append(out)
-    return groups, parts, fanned
+            groups.append(out)
+    return ([], parts, groups) if unit.fan_out else (groups, parts, [])
 
 
 def _read(path, group_bytes: int, unit_groups: int = 1, max_record_bytes: int = 1 << 20, size=_LISTED,
@@ -321,10 +322,10 @@ def test_the_read_stage_finishes_the_bytes_each_output_stands_for(tmp_path, monk
         # Two groups (600 + 500 characters fill the first), then the bad line's dead-letter part.
         assert [type(getattr(o, "value", o)).__name__ for o in outputs] == ["DocBatch", "DocBatch",
                                                                              "DeadLetterPart"]
-        # Groups leave on the main output, marked when bound for other workers; the dead-letter part is tagged.
+        # Groups leave on the main output, handed on or not (the graph reads such units apart); the dead-letter
+        # part is tagged.
         assert [isinstance(o, pvalue.TaggedOutput) for o in outputs] == [False, False, True]
         assert outputs[2].tag == DEAD_LETTERS
-        assert [o.handed_on for o in outputs[:2]] == [fan_out, fan_out]
         # Each output made between a begin and an end of the read stage, and one last look that found no more.
         assert calls[0::2] == [("begin", "read")] * 4
         ends = calls[1::2]

@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["EncodedRows"]
+__all__ = ["EncodedRows", "runs_within"]
 
 
 @dataclasses.dataclass
@@ -26,6 +26,11 @@ class EncodedRows:
     def take(self, index: np.ndarray) -> "EncodedRows":
         """Rows `index`, in that order."""
         return EncodedRows(*_take_ragged(self.data, self.offsets, np.asarray(index, dtype=np.int64)))
+
+    def between(self, lo: int, hi: int) -> "EncodedRows":
+        """Rows lo..hi (a view of their bytes)."""
+        start, end = int(self.offsets[lo]), int(self.offsets[hi])
+        return EncodedRows(self.data[start:end], self.offsets[lo:hi + 1] - start)
 
     def chunk(self, i: int) -> np.ndarray:
         return self.data[self.offsets[i]:self.offsets[i + 1]]
@@ -44,6 +49,22 @@ class EncodedRows:
         offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
         np.cumsum([len(c) for c in chunks], out=offsets[1:])
         return EncodedRows(np.frombuffer(b"".join(chunks), dtype=np.uint8), offsets)
+
+
+def runs_within(sizes: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """Consecutive runs [lo, hi) of items whose sizes add up to at most `limit`, each as long as it can be; an
+    item larger than `limit` is a run of its own.
+
+    >>> runs_within(np.array([3, 3, 3, 9, 1]), 6), runs_within(np.array([], dtype=np.int64), 6)
+    ([(0, 2), (2, 3), (3, 4), (4, 5)], [])
+    """
+    ends = np.cumsum(np.asarray(sizes, dtype=np.int64))
+    runs, lo, before = [], 0, 0
+    while lo < len(ends):
+        hi = max(int(np.searchsorted(ends, before + limit, side="right")), lo + 1)
+        runs.append((lo, hi))
+        lo, before = hi, int(ends[hi - 1])
+    return runs
 
 
 def _take_ragged(values: np.ndarray, offsets: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -215,7 +215,6 @@ class DocBatch:
     docs: list  # list[Document]
     stats: Stats = dataclasses.field(default_factory=Stats)
     progress_bytes: int = 0  # the group's share of its file's bytes on storage: the progress bar's unit of work
-    handed_on: bool = False  # read from a large file in order: bound for another worker (ReadCorpus says how)
 
 
 @dataclasses.dataclass

@@ -27,7 +27,7 @@ import apache_beam as beam
 import numpy as np
 
 from transforms.core.detok import DetokCounter
-from transforms.core.encoded import EncodedRows
+from transforms.core.encoded import EncodedRows, runs_within
 from transforms.core.memory import release_free_memory
 from transforms.core.records import EncodedBlock, PerPart, RowBlock, WindowBlock, for_group, for_part
 from transforms.core.sharding import Layout, shard_name
@@ -71,6 +71,12 @@ class ShardResult:
 #   (group number, row indices as uint32 bytes, chunk lengths as uint32 bytes, chunks back to back)
 #   (group number, row indices as uint32 bytes, spill reference)  when the group's rows are stored
 _ROW_DTYPE = np.dtype("<u4")
+# A piece crosses the runner's shuffle as one record, so its chunks are cut into pieces of at most this many
+# bytes (a row larger alone is a piece of its own): Flink's batch GroupByKey sorts records in memory buffers a
+# record must fit, and failed on the bench corpus, where one group's rows for one file were one ~30 MB record
+# ("Cannot write record to fresh sort buffer. Record too large."). A file's writer takes any number of pieces
+# of a group: rows are placed by (group, row).
+PIECE_BYTES = 1 << 20
 
 
 def _inline_piece(group: int, rows: np.ndarray, encoded: EncodedRows) -> tuple:
@@ -202,7 +208,9 @@ def _route(block: EncodedBlock, layouts: dict):
         rows = read_spilled(block.stored)
     for f, index in routes:
         if rows is not None:
-            yield (part, f), _inline_piece(group, index, rows.take(index))
+            mine = rows.take(index)
+            for lo, hi in runs_within(np.diff(mine.offsets), PIECE_BYTES):
+                yield (part, f), _inline_piece(group, index[lo:hi], mine.between(lo, hi))
         else:
             yield (part, f), (group, index.astype(_ROW_DTYPE).tobytes(), block.stored)
 

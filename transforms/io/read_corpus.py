@@ -1,8 +1,10 @@
 """ReadCorpus: input files -> one DocBatch per packing group, plus dead-letter parts.
 
-    InputFile ─PlanUnits─► WorkUnit ─Reshuffle─► ReadUnits ─► DocBatch (one per packing group) ─► Flatten ─► KeepArrived
-                                                          │      └─ handed on ─Reshuffle─► arrived ─┘
-                                                          └─► DeadLetterPart
+    InputFile ─PlanUnits─► WorkUnit ─Reshuffle─► ReadUnits ─► DocBatch (one per packing group) ─┐
+                                                          └─► DeadLetterPart                    │
+    a large file read in order (distributed runners only):                                      ├─► Flatten
+               WorkUnit ─Reshuffle─► ReadLargeFiles ─► DocBatch ─Reshuffle─────────────────────┘
+                                                   └─► DeadLetterPart
 
 A large .jsonl or .parquet file is planned as several work units that
 workers read in parallel (transforms.core.units says how its packing groups
@@ -13,16 +15,22 @@ storage, its groups are handed to other workers through a Reshuffle as they
 are read, so tokenizing it does not wait on one core; smaller files are
 tokenized where they are read, which costs no shuffle (see `FAN_OUT_BYTES`).
 
-The groups handed on leave the read on its one output, marked `handed_on`:
-that output is flattened whole with what the Reshuffle delivers, and the
-copies that did not cross it are dropped after the Flatten. The plainer graph,
-a tagged output of its own reshuffled and flattened with the main output, is
-what Beam's Java fuser (Flink, Spark, Samza job servers) cannot run: it fuses
-the Flatten into the read's stage and also keeps it as a runner transform
-whose input no stage produces ("PCollectionNodes [...] were consumed but never
-produced"; the family of apache/beam#34647 and #21325). A PCollection that is
-both reshuffled and flattened fuses correctly, and the extra copies never
-leave the read's stage.
+The large files' units are read by a step of their own, parted from the
+others at the units (a few small records), not at their groups, and the
+groups handed on pass one step of the SDK's (`Arrived`) between the
+Reshuffle and the Flatten. Each is what a real engine needs:
+- Beam's Java fuser (the Flink, Spark and Samza job servers) runs a Reshuffle
+  as a runner transform and walks through it: a Flatten reached straight from
+  a Reshuffle is kept as a runner transform, while the read's stage, which
+  produces its other input, fuses the same Flatten and so never materializes
+  that input ("PCollectionNodes [...] were consumed but never produced"; the
+  family of apache/beam#34647 and #21325). With a ParDo after the Reshuffle
+  the Flatten is fused into both producing stages.
+- Groups split off one output and rejoined (a tagged output of the read, or
+  the read's one output both reshuffled and flattened) make a diamond that
+  Flink's pipelined batch exchanges deadlock on once groups fill the network
+  buffers: the bench corpus with every group handed on hung for ten minutes
+  (FLINK-10672). Parted at the units, no producer of groups feeds two branches.
 """
 
 from __future__ import annotations
@@ -222,7 +230,6 @@ class _ReadUnitFn(beam.DoFn):
             docs, stats, size, started = [], Stats(), 0, time.perf_counter()
             if unit.fan_out:
                 self._fanned_out.inc()
-                out.handed_on = True
             return out
 
         k = unit.first_group
@@ -328,37 +335,39 @@ class ReadCorpus(beam.PTransform):
         self._fn = _ReadUnitFn(keys, join_keys, group_bytes, max_record_bytes, check)
 
     def expand(self, files):
-        read = (
+        units = (
             files
             # Spread files over workers: they arrive in one bundle.
             | "SpreadFiles" >> beam.Reshuffle()
             | "PlanUnits" >> beam.FlatMap(plan_units, self._keys, self._group_bytes, self._unit_groups,
                                           self._fan_out_bytes)
-            | "SpreadUnits" >> beam.Reshuffle()
-            # DocBatch: sized for Beam's metrics without pickling (transforms.io.coders).
-            | "ReadUnits" >> beam.ParDo(self._fn).with_output_types(DocBatch).with_outputs(DEAD_LETTERS, main=DOCS)
         )
-        docs = read[DOCS]
-        if self._fan_out_bytes is not None:
-            # Typed again after each step, which would otherwise say Any: Beam would pickle every group.
-            fanned = (docs
-                      | "HandedOn" >> beam.Filter(_is_handed_on).with_output_types(DocBatch)
-                      | "FanOutGroups" >> beam.Reshuffle().with_output_types(DocBatch)
-                      | "Arrived" >> beam.Map(_arrived).with_output_types(DocBatch))
-            docs = ((docs, fanned)
-                    | "AllGroups" >> beam.Flatten().with_output_types(DocBatch)
-                    | "KeepArrived" >> beam.Filter(_not_handed_on).with_output_types(DocBatch))
-        return {DOCS: docs, DEAD_LETTERS: read[DEAD_LETTERS]}
+        if self._fan_out_bytes is None:
+            read = self._read(units, "SpreadUnits", "ReadUnits")
+            return {DOCS: read[DOCS], DEAD_LETTERS: read[DEAD_LETTERS]}
+        parts = units | "LargeFilesApart" >> beam.Partition(_read_apart, 2)
+        here = self._read(parts[0], "SpreadUnits", "ReadUnits")
+        large = self._read(parts[1], "SpreadLargeFiles", "ReadLargeFiles")
+        # Typed again after each step, which would otherwise say Any: Beam would pickle every group.
+        handed_on = (large[DOCS]
+                     | "FanOutGroups" >> beam.Reshuffle().with_output_types(DocBatch)
+                     # A step of the SDK's between the Reshuffle and the Flatten: see the module's docstring.
+                     | "Arrived" >> beam.Map(_arrived).with_output_types(DocBatch))
+        docs = (here[DOCS], handed_on) | "AllGroups" >> beam.Flatten().with_output_types(DocBatch)
+        dead = (here[DEAD_LETTERS], large[DEAD_LETTERS]) | "AllDeadLetters" >> beam.Flatten()
+        return {DOCS: docs, DEAD_LETTERS: dead}
 
-
-def _is_handed_on(batch: DocBatch) -> bool:
-    return batch.handed_on
-
-
-def _not_handed_on(batch: DocBatch) -> bool:
-    return not batch.handed_on
+    def _read(self, units, spread: str, read: str):
+        return (units
+                | spread >> beam.Reshuffle()
+                # DocBatch: sized for Beam's metrics without pickling (transforms.io.coders).
+                | read >> beam.ParDo(self._fn).with_output_types(DocBatch).with_outputs(DEAD_LETTERS, main=DOCS))
 
 
 def _arrived(batch: DocBatch) -> DocBatch:
-    """A handed-on group where it arrived (a new value: a step never changes its input)."""
-    return dataclasses.replace(batch, handed_on=False)
+    return batch
+
+
+def _read_apart(unit: WorkUnit, n: int) -> int:
+    """1 for a unit whose groups are handed on (a large file read in order), 0 for the others."""
+    return int(unit.fan_out)
