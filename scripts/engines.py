@@ -349,7 +349,18 @@ class FlinkCluster:
             "jobmanager.bind-host: localhost", "rest.address: localhost", "rest.bind-address: localhost",
             f"rest.port: {self.rest_port}", "taskmanager.host: localhost", "taskmanager.bind-host: localhost",
             f"taskmanager.numberOfTaskSlots: {self.slots}", "jobmanager.memory.process.size: 1024m",
-            "taskmanager.memory.process.size: 2048m", f"parallelism.default: {self.slots}",
+            f"parallelism.default: {self.slots}",
+            # Beam's Fn API data plane (gRPC) takes a TaskManager's direct memory, a group's element of tens
+            # of MB at a time: with Flink's default sizing (300 MB direct) the bench corpus failed with
+            # "OutOfMemoryError: Direct buffer memory".
+            # And Beam's Flink runner gathers all the values of a key of a GroupByKey on the heap: the writer
+            # of a file gets all its rows at once (the bench corpus in one file, ~35 MB of chunks, ran the
+            # heap out with 0.4 GB of task heap). 6 GB, a fifth of it managed (the sorters), leaves ~2.4 GB.
+            "taskmanager.memory.process.size: 6144m", "taskmanager.memory.managed.fraction: 0.2",
+            "taskmanager.memory.task.off-heap.size: 1024m",
+            # The TaskManager's classpath holds Beam's runner already: loading the jars staged with the job
+            # child-first as well put netty's classes in two loaders (IllegalAccessError between them).
+            "classloader.resolve-order: parent-first",
             # A task that fails (a killed TaskManager or SDK worker) is restarted, not the job failed.
             "restart-strategy.type: fixed-delay", "restart-strategy.fixed-delay.attempts: 3",
             "restart-strategy.fixed-delay.delay: 2 s",
