@@ -749,17 +749,16 @@ def _check_graph_size(pipeline: beam.Pipeline) -> None:
 
 def run(config: Config, beam_args: list[str], plan_changes: Optional[dict] = None) -> Optional[dict]:
     """Launch the job and wait for it; returns data_params.json (None for a dry run)."""
-    launched = None
+    launched, succeeded = None, False
     try:
         launched = launch(config, beam_args, plan_changes)
         if launched.dry_run:
             return None
         launched.result.wait_until_finish()
-        if launched.progress is not None:
-            launched.progress.finish(succeeded=True)
+        succeeded = True
     finally:
         if launched is not None and launched.progress is not None:
-            launched.progress.finish(succeeded=False)  # a no-op once finished
+            launched.progress.finish(succeeded)
         progress.finish()
         if launched and launched.storage_dir and fs.is_local(launched.storage_dir) \
                 and not fs.is_local(config.output_dir):

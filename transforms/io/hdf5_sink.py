@@ -38,8 +38,8 @@ from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.io import fs, progress
 from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 from transforms.io.compressors import as_codec
-from transforms.io.job_progress import PROGRESS_COUNTER, PROGRESS_NAMESPACE
 from transforms.io.hdf5_format import GZIP_LEVEL, WRITE_BATCH_ROWS, encode_batches, shard_n_examples, write_chunks
+from transforms.io.job_progress import PROGRESS_COUNTER, PROGRESS_NAMESPACE
 from transforms.io.spill import load_spilled, read_spilled
 
 __all__ = ["EncodeRows", "WriteHdf5Shards", "ShardResult", "RowFormat"]

@@ -20,8 +20,10 @@ for, in a bucket) it shows the bytes counted.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+import urllib.request
 from typing import Callable, Optional
 
 __all__ = ["PROGRESS_NAMESPACE", "PROGRESS_COUNTER", "position", "counted", "live_metrics", "FlinkRestMetrics",
@@ -96,9 +98,6 @@ class FlinkRestMetrics:
         self._flink_job: Optional[str] = None
 
     def _get(self, path: str):
-        import json
-        import urllib.request
-
         with urllib.request.urlopen(self._rest + path, timeout=5) as r:
             return json.load(r)
 
