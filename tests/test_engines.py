@@ -61,8 +61,12 @@ def _engine(make):
 def prism(tmp_path_factory):
     binary = _engine(engines.setup_prism)
     pool = engines.WorkerPool(tmp_path_factory.mktemp("prism_pool")).start()
+    # Beam keeps one Prism job server per process, made with the options of the first Prism job it ran: an
+    # earlier in-process DirectRunner job (Prism first, then the fallback, offline) leaves one without this
+    # binary, and the jobs here would reuse it. Each job gets a server of its own options.
     yield pool, ["--runner", "PrismRunner", "--prism_location", str(binary),
-                 "--environment_type", "EXTERNAL", "--environment_config", pool.address]
+                 "--environment_type", "EXTERNAL", "--environment_config", pool.address,
+                 "--experiments=disable_prism_server_singleton"]
     pool.stop()
 
 
