@@ -13,6 +13,11 @@ cluster of 2 slots at parallelism 2, Spark runs local[2]. The clusters are
 started once, before the rounds (their start-up is printed apart). Every
 engine's files must be the same bytes as FnApiRunner's.
 
+After the rounds each engine runs the corpus once more with every packing
+group handed on to other workers (what a file read in order and larger than
+FAN_OUT_BYTES does on a distributed runner: here the corpus's 64 MB groups,
+through the engine's shuffle), and must again give FnApiRunner's bytes.
+
     python benchmarks/runners.py [--corpus PATH] [--engines fnapi,prism,flink,spark] [--repeat 3] [--msl 2048]
 """
 
@@ -38,8 +43,19 @@ SAMPLE = ROOT / "data" / "sample"
 GPT2 = ROOT / "data" / "tokenizers" / "gpt2"
 
 
-def _job(input_dir: Path, out: Path, flags: list, msl: int) -> tuple[float, dict]:
-    argv = [sys.executable, "-m", "pipelines.create_hdf5_dataset", "LMData", "--input_dir", str(input_dir),
+# The job through launch() with plan fields no flag sets (as tests/test_engines.py sets them).
+PLANNED = """
+import json, sys
+from pipelines.config import load_config
+from pipelines.create_hdf5_dataset import launch
+launch(*load_config(sys.argv[2:]), json.loads(sys.argv[1])).result.wait_until_finish()
+"""
+
+
+def _job(input_dir: Path, out: Path, flags: list, msl: int, plan: dict = None) -> tuple[float, dict]:
+    command = [sys.executable, "-m", "pipelines.create_hdf5_dataset"] if plan is None else \
+        [sys.executable, "-c", PLANNED, json.dumps(plan)]
+    argv = [*command, "LMData", "--input_dir", str(input_dir),
             "--output_dir", str(out), "--overwrite_output", "True", "--tokenizer_type", "GPT2Tokenizer",
             "--vocab_file", str(GPT2 / "vocab.bpe"), "--encoder_file", str(GPT2 / "encoder.json"),
             "--max_seq_length", str(msl), *flags]
@@ -120,6 +136,13 @@ def main(argv=None) -> int:
             for name in names:
                 if base:
                     rows[name]["ratio"].append(data_this_round[name] / base)
+        handed_on = {}
+        for name in names:
+            out = work / f"handed_on_{name}"
+            handed_on[name], _ = _job(corpus_dir, out, flags[name], args.msl, {"fan_out_bytes": 0})
+            if _digests(out) != next(iter(digests.values())):
+                raise SystemExit(f"{name}: with every group handed on, the files differ")
+            print(f"{name}: every group handed on: {handed_on[name]:.1f} s, the same files", flush=True)
     finally:
         for s in stop:
             s()
@@ -137,6 +160,8 @@ def main(argv=None) -> int:
         print(f"| {name} | {med(row['startup']):.1f} | {med(row['total']):.1f} | {med(row['data']):.1f} | "
               f"{ratio} | {top} |")
     print(f"\nfiles identical on every engine ({len(next(iter(digests.values())))} .h5 files)")
+    print("\nevery group handed on (one run each, the same files): " +
+          ", ".join(f"{name} {seconds:.1f} s" for name, seconds in handed_on.items()))
     return 0
 
 

@@ -641,11 +641,13 @@ def _summary(params: dict, output_dir: str, seconds: float) -> str:
     tail = f"in {seconds:.1f}s: {inp['documents_read']} documents read, {inp['used']} used{dropped}{bad}."
     if "outputs" in params:  # a split job: one dataset per output
         each = "; ".join(f"{o['path']}: {o['sequences']} sequences, {o['documents']} documents "
-                         f"({o['fraction_obtained']:.2%} of {o['fraction_asked']:.2%} asked)" for o in params["outputs"])
+                         f"({o['fraction_obtained']:.2%} of {o['fraction_asked']:.2%} asked)"
+                         + (" - EMPTY" if not o["sequences"] else "") for o in params["outputs"])
         return f"Wrote {len(params['outputs'])} datasets to {output_dir} ({each}) {tail}"
     post = params["post-process"]
+    empty = " (an EMPTY dataset)" if not post["n_examples"] else ""
     return (f"Wrote {post['n_examples']} sequences ({post['num_tokens']} tokens, "
-            f"{post['loss_valid_tokens']} loss-valid) in {len(params['files'])} files to {output_dir} {tail}")
+            f"{post['loss_valid_tokens']} loss-valid) in {len(params['files'])} files to {output_dir}{empty} {tail}")
 
 
 @dataclasses.dataclass

@@ -443,6 +443,8 @@ def _user_error_cases(tmp: Path) -> dict:
                                           "bad_tok"),
         "missing FIM sentinel": (["FIM", *gpt2_args(sample, out)[1:], *fim], "<fim_prefix>"),
         "output dir not empty": (gpt2_args(sample, tmp / "full"), "not empty"),
+        "a split of fraction 0": (gpt2_args(sample, out, "--data_splits", "train=1,validation=0"),
+                                  "validation: '0' must be a fraction > 0"),
     }
 
 

@@ -445,7 +445,8 @@ def test_a_record_check_dead_letters_in_file_order_and_counts_it_bad(tmp_path, n
     first = 0 if name == "a.parquet" else 1
     bad_at = [i for i, t in enumerate(texts) if "x" in t]
     assert [(r.line, r.reason) for r in letters] == [(i + first, "has_x") for i in bad_at]
-    assert letters[0].raw == b"xa" and letters[0].detail == "'xa'" and letters[0].source == str(path)
+    # The record as it was in the file: the whole line (a parquet row: its key columns as one JSON object).
+    assert letters[0].raw == b'{"text": "xa"}' and letters[0].detail == "'xa'" and letters[0].source == str(path)
     assert totals["bad.has_x"] == len(bad_at) and totals["docs_good"] == len(texts) - len(bad_at)
     assert totals["docs_read"] == len(texts)
     kept = [d.values[0] for g in groups for d in g.docs]
@@ -473,18 +474,20 @@ def _first_has_y(values):
     return ("has_y", "") if "y" in values[0] else None
 
 
-def test_a_record_checks_dead_letter_keeps_the_values_member_and_preview(tmp_path):
+def test_a_record_checks_dead_letter_keeps_the_whole_line_member_and_preview(tmp_path):
+    """The dead letter holds the record's raw line, every key of it (its id too), not only the values read."""
     fn = _ReadUnitFn(("a", "b"), False, 1 << 20, 1 << 20, _first_has_y)
-    member = zst(b"".join(json.dumps({"a": a, "b": b}).encode() + b"\n"
-                          for a, b in [("ok", "1"), ("y" * 600, "z" * 600), ("fine", "2")]))
+    member = zst(b"".join(json.dumps({"id": n, "a": a, "b": b}).encode() + b"\n"
+                          for n, (a, b) in enumerate([("ok", "1"), ("y" * 600, "z" * 600), ("fine", "2")])))
     path = tmp_path / "a.jsonl.zst.tar"
     path.write_bytes(make_tar([("m0.jsonl.zst", member)]))
     unit = WorkUnit(InputFile(0, str(path), path.name, path.stat().st_size))
     groups, parts, _ = _fn_outputs(fn, unit)
     (record,) = [r for p in parts for r in p.records]
     assert (record.line, record.reason, record.member) == (2, "has_y", "m0.jsonl.zst")
-    # The values, one per key, a line each, previewed as the readers preview a raw line.
-    assert record.raw == ("y" * 600 + "\n" + "z" * 424).encode()  # 1,025 bytes: one past the preview
+    # The line, previewed as the readers preview any raw line.
+    line = json.dumps({"id": 1, "a": "y" * 600, "b": "z" * 600}).encode()
+    assert record.raw == line[:1025]  # 1,025 bytes: one past the preview
     assert record.to_json()["raw_truncated"] is True
     assert [d.values for g in groups for d in g.docs] == [("ok", "1"), ("fine", "2")]
 

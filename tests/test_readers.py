@@ -113,7 +113,8 @@ BAD_LINES = {
     "top_level_list": (b'["a"]', R.NOT_A_STRING),
     "top_level_null": (b"null", R.NULL_TEXT),
     "huge_int": (b'{"text": ' + b"9" * 5000 + b"}", R.JSON_DECODE),
-    "deep_nesting": (b"[" * 100_000, R.JSON_DECODE),
+    "deep_nesting": (b"[" * 100_000, R.TOO_DEEP),
+    "deep_nesting_in_another_key": (b'{"text": "x", "meta": ' + b"[" * 300 + b"]" * 300 + b"}", R.TOO_DEEP),
 }
 
 

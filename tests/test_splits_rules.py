@@ -38,7 +38,7 @@ def test_per_split_context_splits_are_read_and_normalized():
     ("train=0.9,test=0.2", "add up to 1.1, not 1"),
     ("train=0.5,train=0.5", "'train' is given twice"),
     ("train=0.5,test", "'test' is not name=fraction"),
-    ("train=1.1,test=-0.1", "must be a fraction >= 0"),
+    ("train=1.1,test=-0.1", "must be a fraction > 0"),
     ("tr/ain=1", "cannot be a directory"),
     ("dead_letter=1", "cannot be a directory"),
     ("msl_2048=1", "cannot be a directory"),
@@ -60,11 +60,13 @@ def test_bad_data_splits_are_refused_naming_the_problem(value, message):
                                                 "context_splits)"),
     (parse_data_splits, 3, "data_splits: expected train=0.98,validation=0.01,test=0.01 or a mapping"),
     (parse_data_splits, {}, "data_splits: no splits"),
-    (parse_data_splits, "a=-1,b=2", "data_splits.a: '-1' must be a fraction >= 0"),
+    (parse_data_splits, "a=-1,b=2", "data_splits.a: '-1' must be a fraction > 0"),
     (parse_data_splits, "a=nan", "data_splits.a: 'nan' is not a fraction (a number, or a/b)"),
-    (parse_data_splits, {"a": float("inf")}, "data_splits.a: inf must be a fraction >= 0"),
+    (parse_data_splits, {"a": float("inf")}, "data_splits.a: inf must be a fraction > 0"),
     (parse_data_splits, {"a": True}, "data_splits.a: True is not a fraction (a number, or a/b)"),
-    (parse_context_splits, "1K=0", "context_splits: the fractions add up to 0"),
+    (parse_context_splits, "1K=0", "context_splits 1K: '0' must be a fraction > 0 (leave out an output that should get nothing)"),
+    (parse_data_splits, "train=1,validation=0", "data_splits.validation: '0' must be a fraction > 0 (leave out an output that should get nothing)"),
+    (parse_context_splits, "1K=1,2K=0", "context_splits 2K: '0' must be a fraction > 0 (leave out an output that should get nothing)"),
     (parse_context_splits, "1K=1,1024=1", "context_splits: a sequence length is given twice: [1024, 1024]"),
     (parse_context_splits, {"MSL_List": [1024]}, "context_splits: MSL_List and split_fractions must be lists of "
                                                  "the same length"),
@@ -91,7 +93,7 @@ def test_bad_data_splits_are_refused_naming_the_problem(value, message):
                                                                   "optionally context_splits)"),
     # A split's own context splits are named by their place in the setting.
     (parse_data_splits, {"a": {"split_fraction": 1, "context_splits": "1K=0"}},
-     "data_splits.a.context_splits: the fractions add up to 0"),
+     "data_splits.a.context_splits 1K: '0' must be a fraction > 0 (leave out an output that should get nothing)"),
     (parse_data_splits, "train=0.99999", "data_splits: the fractions add up to 0.99999, not 1"),
 ])
 def test_messages_name_the_setting_and_the_problem(parse, value, message):
@@ -115,7 +117,7 @@ def test_context_splits_take_k_suffixes_and_are_normalized():
     for bad in ("0.3K", "1", "x", "2.5", True):
         with pytest.raises(ValueError):
             parse_msl(bad)
-    for bad, message in (("1K=0", "add up to 0"), ("1K=1,1024=1", "given twice"),
+    for bad, message in (("1K=0", "must be a fraction > 0"), ("1K=1,1024=1", "given twice"),
                          ({"MSL_List": [1024]}, "same length"), ({"MSL": [1]}, "unknown key")):
         with pytest.raises(ValueError, match=message):
             parse_context_splits(bad)

@@ -111,7 +111,10 @@ def verify_dataset(out_dir: str, *, vocab_size: Optional[int] = None, max_seq_le
     for name in _stray_hdf5(out_dir):
         res.problems.append(f"{name}: an HDF5 file not named *.h5: the Cerebras dataloader will not read it")
     files = list_h5_files(out_dir)
-    if not files:
+    if not files and _says_empty(params):
+        res.notes.append(f"an empty dataset: data_params.json records no files and 0 sequences "
+                         f"({params.get('empty', 'no reason given')})")
+    elif not files:
         res.problems.append(f"{out_dir}: no .h5 files")
     counts: Counter = Counter()
     detok: Counter = Counter()
@@ -162,6 +165,13 @@ def verify_dataset(out_dir: str, *, vocab_size: Optional[int] = None, max_seq_le
     return res
 
 
+def _says_empty(params: Optional[dict]) -> bool:
+    """data_params.json of a dataset of no rows: no files listed, 0 sequences written."""
+    if not params or params.get("files") != {}:
+        return False
+    return (params.get("post-process") or {}).get("n_examples") == 0
+
+
 def _verify_split_job(out_dir: str, summary: dict, **flags) -> VerifyResult:
     """A split job's directory: every output verified as the dataset it is, and the summary against them."""
     res = VerifyResult(out_dir, mode=summary.get("setup", {}).get("mode"))
@@ -173,8 +183,9 @@ def _verify_split_job(out_dir: str, summary: dict, **flags) -> VerifyResult:
         except UsageError as e:
             res.problems.append(f"{entry['path']}: {e}")
             continue
-        res.problems += [f"{entry['path']}/{p}" for p in one.problems]
-        res.notes += [f"{entry['path']}/{n}" for n in one.notes]
+        # Each output's messages name their file inside it (or the output itself): say which output.
+        res.problems += [f"{entry['path']}: {p}" for p in one.problems]
+        res.notes += [f"{entry['path']}: {n}" for n in one.notes]
         res.files += one.files
         res.rows += one.rows
         if one.rows != entry["sequences"]:

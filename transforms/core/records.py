@@ -25,6 +25,13 @@ INVALID_UTF8 = "invalid_utf8"
 TRUNCATED_STREAM = "truncated_stream"
 UNREADABLE_FILE = "unreadable_file"
 TOO_LONG = "too_long"
+TOO_DEEP = "too_deep"
+
+# JSON nested deeper than this is a TOO_DEEP bad record, in every mode. No real record comes near it, and
+# Python's parser and serializer stop at the interpreter's recursion limit, whose distance from the caller
+# depends on the runner's stack: without a fixed limit the same line could be read on one runner and
+# refused (or end the job) on another.
+MAX_JSON_DEPTH = 256
 
 RAW_PREVIEW_BYTES = 1024
 

@@ -68,8 +68,10 @@ def _fraction(value, what: str) -> float:
         f = float(Fraction(str(value).strip())) if isinstance(value, str) else float(value)
     except (ValueError, ZeroDivisionError, TypeError):
         raise ValueError(f"{what}: {value!r} is not a fraction (a number, or a/b)") from None
-    if not math.isfinite(f) or f < 0:
-        raise ValueError(f"{what}: {value!r} must be a fraction >= 0")
+    if not math.isfinite(f) or f <= 0:
+        # An output asked for none of the documents would be an empty dataset by design: leave it out.
+        hint = " (leave out an output that should get nothing)" if f == 0 else ""
+        raise ValueError(f"{what}: {value!r} must be a fraction > 0{hint}")
     return f
 
 
@@ -139,9 +141,7 @@ def parse_context_splits(value, what: str = "context_splits") -> tuple[tuple[int
     msls = [m for m, _ in out]
     if len(set(msls)) != len(msls):
         raise ValueError(f"{what}: a sequence length is given twice: {msls}")
-    total = sum(f for _, f in out)
-    if total <= 0:
-        raise ValueError(f"{what}: the fractions add up to 0")
+    total = sum(f for _, f in out)  # > 0: every fraction is
     return tuple((m, f / total) for m, f in out)
 
 

@@ -81,7 +81,18 @@ def _from_directory(input_dir: str, skipped: list) -> list[str]:
         raise NotADirectoryError(f"input_dir is not a directory: {input_dir}")
     found = fs.find(root)
     keep = [p for p in found if extension_of(p) is not None]
-    skipped.append((input_dir, [p for p in found if extension_of(p) is None]))
+    names = [p for p in found if extension_of(p) is None]
+    if not _is_url(input_dir):
+        # A link to a directory (never followed, as the reference's rglob does not), a loop or a dangling link is
+        # listed as a name; calling it "a file without a valid extension" would send the user looking elsewhere.
+        links = [p for p in names if os.path.islink(p) and not os.path.isfile(p)]
+        if links:
+            logger.warning("skipped %d link(s) under %s that lead to no file (a link to a directory is not "
+                           "followed; a loop or a missing target leads nowhere), e.g. %s", len(links), input_dir,
+                           ", ".join(links[:_EXAMPLES_IN_WARNING]))
+            linked = set(links)
+            names = [p for p in names if p not in linked]
+    skipped.append((input_dir, names))
     if _is_url(input_dir):
         return sorted({fs.unstrip_protocol(p) for p in keep})
     # Local paths come back spelled the way the reference's Path(input_dir).rglob

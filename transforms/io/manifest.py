@@ -21,9 +21,11 @@ from transforms.io import fs
 
 STAGES = ("read", "normalize", "tokenize", "pack", "fim", "encode", "shuffle", "write")
 
-__all__ = ["WriteDatasetParams", "WriteSplitParams", "MergeStats", "PARAMS_FILE", "build_summary"]
+__all__ = ["WriteDatasetParams", "WriteSplitParams", "MergeStats", "PARAMS_FILE", "EMPTY_NOTE", "build_summary"]
 
 PARAMS_FILE = "data_params.json"
+# data_params.json's "empty" of a dataset without rows.
+EMPTY_NOTE = "no rows: no document reached this output, or none made a row (see input)"
 
 
 class MergeStats(beam.CombineFn):
@@ -67,6 +69,10 @@ def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad
         params["chat"] = {"tokens_by_role": tokens_by_role,
                           "loss_valid_tokens_by_role": stats.with_prefix(ROLE_TRAINED)}
     params["files"] = {s.name: s.num_sequences for s in sorted(shards, key=lambda s: s.index)}
+    if not in_files:
+        # A valid dataset of no rows (an output no document reached, or none that made a row): said here, so
+        # that a reader and `verify` tell it from one whose files went missing.
+        params["empty"] = EMPTY_NOTE
     params.update(extra)
     checks = stats.with_prefix(ENCODER_CHECK)
     if checks:  # fastokens encoded: what its in-job cross-check did (every field, zeros included)
@@ -92,6 +98,7 @@ def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad
 def _finalize(shards: list, stats: Stats, dead_letters: int, output_dir: str, sections: dict, ids: dict,
               extra: dict, features: tuple) -> dict:
     params = build_params(shards, stats, sections, extra=extra, dead_letters=dead_letters, features=features, **ids)
+    fs.makedirs(output_dir)  # an output that received no document has no directory yet
     fs.write_text_atomic(fs.join(output_dir, PARAMS_FILE), json.dumps(params, indent=4, sort_keys=True) + "\n")
     fs.remove_tree(fs.join(output_dir, fs.TMP_DIR))
     return params

@@ -43,7 +43,7 @@ from typing import Iterator, Optional
 import apache_beam as beam
 from apache_beam import pvalue
 
-from transforms.core.records import BYTES, RAW_PREVIEW_BYTES, ROWS, BadRecord, DeadLetterPart, DocBatch, Document, \
+from transforms.core.records import BYTES, ROWS, BadRecord, DeadLetterPart, DocBatch, Document, \
     GroupId, InputFile, WorkUnit
 from transforms.core.stats import Stats
 from transforms.core.timing import TIME_PREFIX
@@ -158,7 +158,7 @@ class _DeadLetters:
 _END = object()  # after the last record of a group
 
 
-def _records(unit: WorkUnit, keys: tuple, max_record_bytes: int, position: StreamPosition):
+def _records(unit: WorkUnit, keys: tuple, max_record_bytes: int, position: StreamPosition, check=None):
     """(group index, record) in file order; for BYTES and ROWS units also (k, _END) after group k.
 
     A WHOLE unit yields None for the group: the reader cuts it by size as it goes.
@@ -169,13 +169,13 @@ def _records(unit: WorkUnit, keys: tuple, max_record_bytes: int, position: Strea
         for k in range(unit.first_group, unit.end_group):
             end = None if k == unit.num_groups - 1 else (k + 1) * unit.group_size
             for record in read_records(f.path, keys, max_record_bytes, byte_range=(k * unit.group_size, end),
-                                       first_line=line):
+                                       first_line=line, check=check):
                 line += 1
                 yield k, record
             yield k, _END
     elif unit.kind == ROWS:
         k = unit.first_group
-        for record in read_records(f.path, keys, max_record_bytes, rows=unit.span):
+        for record in read_records(f.path, keys, max_record_bytes, rows=unit.span, check=check):
             # A record of a row group that failed to read has the first row of the failure.
             row = record.index if type(record) is Document else (record.line or 0)
             while row >= (k + 1) * unit.group_size and k < unit.end_group - 1:
@@ -185,16 +185,8 @@ def _records(unit: WorkUnit, keys: tuple, max_record_bytes: int, position: Strea
         for k in range(k, unit.end_group):
             yield k, _END
     else:
-        for record in read_records(f.path, keys, max_record_bytes, position=position):
+        for record in read_records(f.path, keys, max_record_bytes, position=position, check=check):
             yield None, record
-
-
-def _line_of(path: str, index: int) -> Optional[int]:
-    """A document's place as its readers number bad records: 1-based line, 0-based parquet row, none for .txt."""
-    ext = extension_of(path)
-    if ext == ".txt":
-        return None
-    return index if ext == ".parquet" else index + 1
 
 
 class _ReadUnitFn(beam.DoFn):
@@ -233,7 +225,8 @@ class _ReadUnitFn(beam.DoFn):
             return out
 
         k = unit.first_group
-        for at, record in _records(unit, self._keys, self._max_record_bytes, position):
+        # The check runs in the reader, which still holds the record's raw bytes for its dead letter.
+        for at, record in _records(unit, self._keys, self._max_record_bytes, position, self._check):
             if at is not None:
                 k = at
             if record is _END:
@@ -241,13 +234,6 @@ class _ReadUnitFn(beam.DoFn):
                 continue
             lines += 1
             stats.add("docs_read", 1, f.path)
-            if self._check is not None and type(record) is Document:
-                failure = self._check(record.values)
-                if failure is not None:
-                    reason, detail = failure
-                    raw = "\n".join(record.values).encode("utf-8", "surrogatepass")
-                    record = BadRecord(f.path, _line_of(f.path, record.index), reason, raw[:RAW_PREVIEW_BYTES + 1],
-                                       record.member, detail)
             if type(record) is BadRecord:
                 stats.add(f"bad.{record.reason}", 1, f.path)
                 self._bad.inc()

@@ -17,8 +17,12 @@ the bundle instead of the job silently losing the file's good documents.
 from __future__ import annotations
 
 import codecs
+import errno
 import json
 import lzma
+import os
+import re
+import stat
 import tarfile
 import zlib
 from typing import Callable, Iterable, Iterator, Optional, Union
@@ -32,10 +36,12 @@ from transforms.core.records import (
     BLANK_LINE,
     INVALID_UTF8,
     JSON_DECODE,
+    MAX_JSON_DEPTH,
     MISSING_KEY,
     NOT_A_STRING,
     NULL_TEXT,
     RAW_PREVIEW_BYTES,
+    TOO_DEEP,
     TOO_LONG,
     TRUNCATED_STREAM,
     UNREADABLE_FILE,
@@ -45,7 +51,10 @@ from transforms.core.records import (
 )
 from transforms.io.discover import extension_of
 
-__all__ = ["Record", "read_records", "MAX_RECORD_BYTES", "file_size", "parquet_shape", "StreamPosition"]
+# A look at a parsed record's values: None, or (reason, detail) for a bad one.
+Check = Callable[[tuple], Optional[tuple[str, str]]]
+
+__all__ = ["Record", "Check", "read_records", "MAX_RECORD_BYTES", "file_size", "parquet_shape", "StreamPosition"]
 
 Record = Union[Document, BadRecord]
 
@@ -66,6 +75,9 @@ _DETAIL_CAP = 200
 _READ_ERRORS = (OSError, EOFError, tarfile.TarError, zlib.error, lzma.LZMAError)
 # Storage errors that are about the file and would recur on a retry.
 _PERMANENT_IO_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+# The same by errno, for the OSErrors no subclass names: a symbolic link loop, a name too long, a special
+# file with no device behind it. A retry would meet them again: the job would fail instead of moving on.
+_PERMANENT_ERRNOS = frozenset({errno.ELOOP, errno.ENAMETOOLONG, errno.ENXIO, errno.ENODEV})
 
 # A record (a JSON line, a .txt file) larger than this is dead-lettered as
 # TOO_LONG without being held in memory: a file of binary junk without a
@@ -109,7 +121,8 @@ class StreamPosition:
 
 def read_records(path: str, keys: tuple[str, ...], max_record_bytes: Optional[int] = None, *,
                  byte_range: Optional[tuple[int, Optional[int]]] = None, rows: Optional[tuple[int, int]] = None,
-                 first_line: int = 0, position: Optional[StreamPosition] = None) -> Iterator[Record]:
+                 first_line: int = 0, position: Optional[StreamPosition] = None,
+                 check: Optional[Check] = None) -> Iterator[Record]:
     """Yield the Documents and BadRecords of one input file, in file order.
 
     Never raises for bad data; a file that is missing or cannot be read yields
@@ -123,6 +136,10 @@ def read_records(path: str, keys: tuple[str, ...], max_record_bytes: Optional[in
     byte lies in [start, end) (end None: to the end of the file), numbering
     them from `first_line`; `rows` (.parquet) reads rows [start, stop).
     `position`, if given, follows the bytes taken from storage.
+
+    `check`, if given, looks at every record that parsed (values -> None, or (reason, detail) for a bad one, such
+    as a conversation with an unknown role): a refused record is a BadRecord like the readers' own, with the
+    raw bytes of its line (a .parquet row: its key columns as JSON; a .txt file: its text).
     """
     keys = tuple(keys)
     if not keys:
@@ -143,6 +160,10 @@ def read_records(path: str, keys: tuple[str, ...], max_record_bytes: Optional[in
             raise ValueError(f"only .parquet files are read by row range: {path}")
         part = {"rows": rows}
     reader = _READERS[ext]
+    special = _not_a_regular_file(path)
+    if special is not None:
+        yield _unreadable(path, special)
+        return
     try:
         raw = fsspec.open(path, "rb").open()
     except (OSError, ValueError) as e:
@@ -152,7 +173,7 @@ def read_records(path: str, keys: tuple[str, ...], max_record_bytes: Optional[in
         return
     src = _StorageFile(raw, position)
     with raw:
-        for record in reader(src, path, keys, cap, **part):
+        for record in reader(src, path, keys, cap, check=check, **part):
             if type(record) is BadRecord and _is_transient(src.error):
                 # This record would only say that the storage failed: retry instead.
                 raise src.error  # type: ignore[misc]
@@ -216,7 +237,28 @@ def parquet_shape(path: str, keys: tuple[str, ...]) -> Optional[tuple[int, int]]
 def _is_transient(error: Optional[BaseException]) -> bool:
     """True for a storage error that may not recur: anything but a missing, forbidden
     or malformed (ValueError: e.g. an invalid URL) file."""
-    return error is not None and not isinstance(error, (_PERMANENT_IO_ERRORS, ValueError))
+    if error is None or isinstance(error, (_PERMANENT_IO_ERRORS, ValueError)):
+        return False
+    return not (isinstance(error, OSError) and error.errno in _PERMANENT_ERRNOS)
+
+
+def _not_a_regular_file(path: str) -> Optional[str]:
+    """Why a local input cannot be read as a file (a FIFO would block the reader forever), or None.
+
+    Remote paths are objects: always files. Errors are left to the open that follows.
+    """
+    if "://" in path and not path.startswith("file://"):
+        return None
+    try:
+        mode = os.stat(path[len("file://"):] if path.startswith("file://") else path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file")
+    return f"not a regular file: {kind}"
 
 
 class _StorageFile:
@@ -295,12 +337,37 @@ def _coerce(value, key: str) -> tuple[Optional[str], str]:
             return json.dumps(value, ensure_ascii=False), ""
         except TypeError:  # a parquet value JSON has no type for (bytes, a date)
             return None, NOT_A_STRING
+        except RecursionError:  # a parquet value nested past the interpreter's limit (JSON lines are checked)
+            return None, TOO_DEEP
     if type(value) is str:
         return value, ""
     if type(value) is list and all(type(v) is str for v in value):
         # dataset.keys list values are paragraphs (SPEC 1a, COMPAT "Reading").
         return "\n\n".join(value), ""
     return None, NOT_A_STRING
+
+
+# A JSON string, quotes included, matched run by run (possessive: no backtracking on long texts).
+_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
+_JSON_BRACKET = re.compile(rb"[\[\]{}]")
+
+
+def _nested_too_deep(line: bytes) -> bool:
+    """True if the JSON text nests arrays and objects more than MAX_JSON_DEPTH deep (brackets in strings aside).
+
+    A line with fewer brackets than that cannot be: two byte counts, at memchr speed, settle almost every line.
+    """
+    if line.count(b"[") + line.count(b"{") <= MAX_JSON_DEPTH:
+        return False
+    depth = 0
+    for m in _JSON_BRACKET.finditer(_JSON_STRING.sub(b"", line)):
+        if m[0] in b"[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return True
+        else:
+            depth -= 1
+    return False
 
 
 def _encodable(values: tuple[str, ...]) -> bool:
@@ -325,9 +392,10 @@ LineParser = Callable[[bytes, int], Record]
 
 
 def _line_parser(
-    source: str, keys: tuple[str, ...], member: Optional[str], strip_strings: bool, first_index: int = 0
+    source: str, keys: tuple[str, ...], member: Optional[str], strip_strings: bool, first_index: int = 0,
+    check: Optional[Check] = None,
 ) -> LineParser:
-    """A function turning one raw line (without b"\\n") into a Document or BadRecord."""
+    """A function turning one raw line (without b"\\n") into a Document or BadRecord (see read_records' check)."""
     single = keys[0] if len(keys) == 1 else None
     text_keys = all(type(k) is str for k in keys)  # else a JsonKey: values are read as JSON, never bare
     fast = _fast_json is not None and single is not None and text_keys
@@ -351,6 +419,8 @@ def _line_parser(
         if index == first_index and line[:3] == codecs.BOM_UTF8:
             # A byte order mark is encoding, not content; json would reject it.
             line = line[3:]
+        if _nested_too_deep(line):
+            return bad(line, index, TOO_DEEP, f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
         if fast:
             try:
                 obj = _fast_json(line)
@@ -367,7 +437,7 @@ def _line_parser(
             return bad(line, index, INVALID_UTF8, f"invalid UTF-8 at byte {e.start}")
         try:
             obj = _decode_json(s)
-        except (ValueError, RecursionError) as e:
+        except ValueError as e:
             if not s.strip():
                 return bad(line, index, BLANK_LINE, "blank line")
             return bad(line, index, JSON_DECODE, _short(e))
@@ -394,7 +464,19 @@ def _line_parser(
             return bad(line, index, INVALID_UTF8, "unpaired surrogate escape")
         return record
 
-    return parse
+    if check is None:
+        return parse
+
+    def parse_checked(line: bytes, index: int) -> Record:
+        record = parse(line, index)
+        if type(record) is Document:
+            failure = check(record.values)
+            if failure is not None:
+                reason, detail = failure
+                return BadRecord(source, index + 1, reason, line[:_RAW_CAP], member, detail)
+        return record
+
+    return parse_checked
 
 
 def _json_lines(
@@ -406,6 +488,7 @@ def _json_lines(
     strip_strings: bool = False,
     first_index: int = 0,
     at_file_start: bool = True,
+    check: Optional[Check] = None,
 ) -> Iterator[Record]:
     """Records of a JSON-lines byte stream; split on b"\\n" only.
 
@@ -418,7 +501,7 @@ def _json_lines(
     fatal to a container. Lines are numbered from `first_index`; a byte order
     mark is dropped only from the first line of a file (`at_file_start`).
     """
-    parse = _line_parser(source, keys, member, strip_strings, first_index if at_file_start else -1)
+    parse = _line_parser(source, keys, member, strip_strings, first_index if at_file_start else -1, check)
     index = first_index
     pending: list[bytes] = []  # pieces of a line longer than a block
     pending_size = 0
@@ -559,13 +642,13 @@ def _damage(progress: bool, detail: str) -> _StreamDamage:
 
 
 def _read_jsonl(fh, source: str, keys: tuple[str, ...], cap: int, byte_range: Optional[tuple] = None,
-                first_line: int = 0) -> Iterator[Record]:
+                first_line: int = 0, check: Optional[Check] = None) -> Iterator[Record]:
     if byte_range is None or byte_range == (0, None):
-        yield from _json_lines(_raw_blocks(fh), source, keys, cap, first_index=first_line)
+        yield from _json_lines(_raw_blocks(fh), source, keys, cap, first_index=first_line, check=check)
         return
     start, end = byte_range
     yield from _json_lines(_range_blocks(fh, start, end), source, keys, cap, first_index=first_line,
-                           at_file_start=start == 0)
+                           at_file_start=start == 0, check=check)
 
 
 def _range_blocks(fh, start: int, end: Optional[int]) -> Iterator[bytes]:
@@ -616,15 +699,18 @@ def _range_blocks(fh, start: int, end: Optional[int]) -> Iterator[bytes]:
             return
 
 
-def _read_jsonl_zst(fh, source: str, keys: tuple[str, ...], cap: int) -> Iterator[Record]:
-    yield from _json_lines(_zstd_blocks(fh), source, keys, cap)
+def _read_jsonl_zst(fh, source: str, keys: tuple[str, ...], cap: int, check: Optional[Check] = None
+                    ) -> Iterator[Record]:
+    yield from _json_lines(_zstd_blocks(fh), source, keys, cap, check=check)
 
 
-def _read_json_gz(fh, source: str, keys: tuple[str, ...], cap: int) -> Iterator[Record]:
-    yield from _json_lines(_gzip_blocks(fh), source, keys, cap, strip_strings=True)
+def _read_json_gz(fh, source: str, keys: tuple[str, ...], cap: int, check: Optional[Check] = None
+                  ) -> Iterator[Record]:
+    yield from _json_lines(_gzip_blocks(fh), source, keys, cap, strip_strings=True, check=check)
 
 
-def _read_jsonl_zst_tar(fh, source: str, keys: tuple[str, ...], cap: int) -> Iterator[Record]:
+def _read_jsonl_zst_tar(fh, source: str, keys: tuple[str, ...], cap: int, check: Optional[Check] = None
+                        ) -> Iterator[Record]:
     try:
         if _is_empty(fh):
             return
@@ -655,7 +741,7 @@ def _read_jsonl_zst_tar(fh, source: str, keys: tuple[str, ...], cap: int) -> Ite
             if not info.isfile():
                 continue
             member_fh = archive.extractfile(info)
-            fatal = yield from _json_lines(_zstd_blocks(member_fh), source, keys, cap, info.name)
+            fatal = yield from _json_lines(_zstd_blocks(member_fh), source, keys, cap, info.name, check=check)
             if fatal:
                 return
 
@@ -683,7 +769,8 @@ def _is_empty(fh) -> bool:
     return True
 
 
-def _read_txt(fh, source: str, keys: tuple[str, ...], cap: int) -> Iterator[Record]:
+def _read_txt(fh, source: str, keys: tuple[str, ...], cap: int, check: Optional[Check] = None
+              ) -> Iterator[Record]:
     if len(keys) != 1:
         yield BadRecord(source, None, MISSING_KEY, detail=f"a .txt file has one text, not keys {list(keys)}")
         return
@@ -708,11 +795,16 @@ def _read_txt(fh, source: str, keys: tuple[str, ...], cap: int) -> Iterator[Reco
     if "\r" in text:
         # open() in text mode, as the reference reads it: universal newlines.
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    yield Document(0, (_coerce(text, keys[0])[0],))
+    values = (_coerce(text, keys[0])[0],)
+    failure = check(values) if check is not None else None
+    if failure is not None:
+        yield BadRecord(source, None, failure[0], data[:_RAW_CAP], detail=failure[1])
+        return
+    yield Document(0, values)
 
 
 def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int,
-                  rows: Optional[tuple[int, int]] = None) -> Iterator[Record]:
+                  rows: Optional[tuple[int, int]] = None, check: Optional[Check] = None) -> Iterator[Record]:
     try:
         pfile = pq.ParquetFile(fh)
         names = pfile.schema_arrow.names
@@ -750,7 +842,8 @@ def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int,
             else:
                 for a in range(lo, hi, _PARQUET_SLICE_ROWS):
                     piece = table.slice(a - first_row, min(_PARQUET_SLICE_ROWS, hi - a))
-                    yield from _parquet_rows([_column_values(piece.column(k)) for k in keys], a, source, keys)
+                    yield from _parquet_rows([_column_values(piece.column(k)) for k in keys], a, source, keys,
+                                             check)
                 del table
         first_row += num_rows
         if first_row >= stop:
@@ -801,13 +894,13 @@ def _raw_utf8(scalar: pa.Scalar) -> bytes:
 
 
 def _parquet_rows(
-    cols: list[list], first_row: int, source: str, keys: tuple[str, ...]
+    cols: list[list], first_row: int, source: str, keys: tuple[str, ...], check: Optional[Check] = None
 ) -> Iterator[Record]:
     text_keys = all(type(k) is str for k in keys)
     for offset, row in enumerate(zip(*cols)):
         index = first_row + offset
         if text_keys and all(type(v) is str for v in row):
-            yield Document(index, row)
+            yield _checked_row(Document(index, row), row, source, keys, check)
             continue
         values = []
         for key, value in zip(keys, row):
@@ -823,7 +916,16 @@ def _parquet_rows(
                 break
             values.append(text)
         else:
-            yield Document(index, tuple(values))
+            yield _checked_row(Document(index, tuple(values)), row, source, keys, check)
+
+
+def _checked_row(doc: Document, row: tuple, source: str, keys: tuple, check: Optional[Check]) -> Record:
+    """The row, or the bad record `check` makes of it: raw is the row's key columns as one JSON object."""
+    failure = check(doc.values) if check is not None else None
+    if failure is None:
+        return doc
+    raw = json.dumps(dict(zip(keys, row)), ensure_ascii=False, default=repr).encode("utf-8", "surrogatepass")
+    return BadRecord(source, doc.index, failure[0], raw[:_RAW_CAP], detail=failure[1])
 
 
 _READERS: dict[str, Callable[..., Iterator[Record]]] = {
