@@ -443,7 +443,7 @@ def _check_msl_limit(config: Config, files: TokenizerFiles) -> None:
 
 def _chat_config(config: Config, files: TokenizerFiles, tokenizer) -> ChatConfig:
     """The chat template and what it sees, checked before any data is read."""
-    from transforms.core.chat.template import ChatError, ChatRenderer, template_tokens
+    from transforms.core.chat.template import ChatError, ChatRenderer, probe_template, template_tokens
 
     try:
         template = read_chat_template(config.chat_template, files)
@@ -456,9 +456,12 @@ def _chat_config(config: Config, files: TokenizerFiles, tokenizer) -> ChatConfig
                                                                             ("bos_token", tokenizer.bos_id))
                   if i is not None}
     try:
-        ChatRenderer(template, tokens)
+        problem = probe_template(ChatRenderer(template, tokens))
     except ChatError as e:
         raise UserError(f"chat template: {e.detail or e.reason}") from None
+    if problem is not None:
+        where = config.chat_template or f"the tokenizer's ({files.name})"
+        raise UserError(f"chat template {where}: {problem}")
     return ChatConfig(
         mode=config.mode, max_seq_length=config.max_seq_length, pad_id=tokenizer.pad_id, template=template,
         template_tokens=tuple(sorted(tokens.items())), role_key=config.role_key, content_key=config.content_key,

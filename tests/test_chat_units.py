@@ -193,7 +193,8 @@ def test_dpo_record_errors_name_the_side():
     assert detail(prompt="Q", chosen=None, rejected="B") == "no chosen response"
     assert detail(prompt="Q", chosen="A", rejected=None) == "no rejected response"
     assert detail(prompt="Q", chosen=3, rejected="B") == "chosen is int"
-    assert detail(prompt="Q", chosen="A", rejected={"x": 1}) == "rejected is dict"
+    assert detail(prompt="Q", chosen="A", rejected=2.5) == "rejected is float"
+    assert detail(prompt="Q", chosen="A", rejected={"x": 1}) == "role None"  # one message object, of no role
     user_last = [{"role": "assistant", "content": "A"}, {"role": "user", "content": "Q"}]
     assert detail(prompt="Q", chosen=user_last, rejected="B") == "the last chosen message is not the assistant's"
     assert detail(prompt="Q", chosen="A", rejected=user_last) == "the last rejected message is not the assistant's"
@@ -208,7 +209,9 @@ def test_a_dpo_prompt_of_messages_with_other_keys():
     prompt = [{"from": "system", "value": "S"}, {"from": "human", "value": "Q"}]
     got = dpo_example(prompt=prompt, chosen="A", rejected="B", role_key="from", content_key="value")
     assert got.prompt == [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]
-    err = chat_error(dpo_example, prompt=prompt, chosen="A", rejected="B")
+    # ShareGPT's keys are read without being named when a message lacks the default ones.
+    assert dpo_example(prompt=prompt, chosen="A", rejected="B") == got
+    err = chat_error(dpo_example, prompt=[{"speaker": "human", "text": "Q"}], chosen="A", rejected="B")
     assert err.reason == "unknown_role"
 
 

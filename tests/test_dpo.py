@@ -44,7 +44,7 @@ def test_row_by_hand():
 def test_mask_end_fixed():
     """The reference trains positions |P|-1 .. |S|-1; the last one's label is padding: we stop at |S|-2."""
     p, r = [5, 6, 7, 8], [40, 41, 42]
-    row = dpo_row(enc(p, r, r), max_seq_length=10, pad_id=PAD)
+    row = dpo_row(enc(p, r, [40, 41, 43]), max_seq_length=10, pad_id=PAD)
     s = len(p) + len(r)
     reference = np.zeros(10, int)
     reference[len(p) - 1:s] = 1

@@ -366,3 +366,29 @@ def test_kill_and_resume_gives_the_uninterrupted_bytes(corpus, tmp_path):
     assert _digests(out) == _digests(tmp_path / "ref")
     assert resumed["run"]["groups_resumed"] >= 1
     assert not (out / ".tmp").exists()
+
+
+def test_twins_after_normalization_land_in_the_same_split_through_the_job(tmp_path):
+    """NFC/NFD and mojibake twins, in different files: with ftfy on they are one text, so both copies of each are in
+    the same split, whatever file or group they came from (each document in a row of its own, so a row says
+    which document it is)."""
+    from tests.test_splits_rules import MOJIBAKE, TWINS
+
+    pairs = TWINS + MOJIBAKE
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for k, side in enumerate(zip(*pairs)):
+        (inputs / f"side_{k}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in side))
+    gpt2 = ROOT / "data" / "tokenizers" / "gpt2"
+    out = tmp_path / "out"
+    run_job(["LMData", "--input_dir", str(inputs), "--output_dir", str(out), "--tokenizer_type", "GPT2Tokenizer",
+             "--vocab_file", str(gpt2 / "vocab.bpe"), "--encoder_file", str(gpt2 / "encoder.json"),
+             "--max_seq_length", "64", "--use_ftfy", "True", "--pack_sequences", "False", "--min_sequence_len", "2",
+             "--data_splits", "train=0.5,test=0.5"])
+    where: dict = {}
+    for split in ("train", "test"):
+        for row in read_rows(out / split):
+            where.setdefault(tuple(row[0][row[1] == 1].tolist()), Counter())[split] += 1
+    assert len(where) == len(pairs)
+    assert all(list(c.values()) == [2] for c in where.values()), where
+    assert {s for c in where.values() for s in c} == {"train", "test"}  # both splits are used

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transforms.core.normalize import NormalizeConfig, normalize_batch
+from transforms.core.normalize import NormalizeConfig, normalize_batch, normalize_text
 from transforms.core.records import DocBatch, Document, GroupId
 from transforms.core.splits import (Output, fraction_bound, make_split_plan, parse_context_splits,
                                     parse_data_splits, parse_msl, route_batch, subset_of)
@@ -325,3 +325,28 @@ def test_a_groups_progress_is_shared_by_characters():
     assert sum(p.progress_bytes for p in parts) == progress
     for p, c in zip(parts, chars):
         assert abs(p.progress_bytes - progress * c / sum(chars)) < 1
+
+
+# ---------------------------------------------------------------- twins after normalization
+
+# Fifty NFC / NFD pairs: the same text once normalization has composed it.
+TWINS = [(f"caf\u00e9 n\u00b0{i} \u00fcber na\u00efve", f"cafe\u0301 n\u00b0{i} u\u0308ber nai\u0308ve") for i in range(50)]
+# ftfy's mojibake repairs: UTF-8 read as Windows-1252.
+MOJIBAKE = [(f"caf\u00e9 {i} \u2014 r\u00e9sum\u00e9", f"caf\u00e9 {i} \u2014 r\u00e9sum\u00e9".encode("utf-8").decode("cp1252"))
+            for i in range(20)]
+EVEN = make_split_plan(data_splits=parse_data_splits("train=0.5,test=0.5"), max_seq_length=64)
+
+
+@pytest.mark.parametrize("pairs", [TWINS, MOJIBAKE], ids=["nfc_nfd", "mojibake"])
+def test_documents_equal_after_normalization_always_share_a_split(pairs):
+    """The draw is of the normalized text: twins can never leak across train and test. Drawn from the raw text
+    they would (the second assertion shows the raw draws split some pairs, so the first one has teeth). Twins
+    are the same text only when normalizing (ftfy with its NFC normalizer); without it they are two texts."""
+    config = NormalizeConfig(use_ftfy=True)
+    assert all(normalize_text(a, config) == normalize_text(b, config) for a, b in pairs)
+    texts = [t for pair in pairs for t in pair]
+    parts, _ = route_batch(_batch(texts), EVEN, config)
+    part_of = {d.index: p.group.part for p in parts for d in p.docs}
+    assert all(part_of[2 * k] == part_of[2 * k + 1] for k in range(len(pairs)))
+    raw_split = sum(EVEN.route(0, (a,)) != EVEN.route(0, (b,)) for a, b in pairs)
+    assert raw_split >= len(pairs) // 4, raw_split

@@ -59,10 +59,15 @@ def test_the_fold_example_of_the_spec():
     (25, [(0, 9), (8, 17), (16, 25)]),
 ])
 def test_windows_of_msl_plus_one_with_stride_msl(length, windows):
-    (doc,) = _docs(length)
-    segs, used, _ = lm_segments([doc], _cfg())
-    assert _seg_tokens(segs) == [doc[a:b].tolist() for a, b in windows]
-    assert used == 1
+    # A second document follows: a window running one token past its own document's end would take the next
+    # document's first token, which the tokens and the positions below would show.
+    doc, after = _docs(length, 4)
+    segs, used, _ = lm_segments([doc, after], _cfg())
+    assert _seg_tokens(segs) == [doc[a:b].tolist() for a, b in windows] + [after.tolist()]
+    assert segs.positions.tolist() == [b - a - 1 for a, b in windows] + [3]
+    assert segs.starts.tolist()[-1] == length  # the second document's segment begins where it does
+    assert used == 2
+    segs, _, _ = lm_segments([doc], _cfg())
     # No prediction is lost: every (input, label) pair of the document is in exactly one segment.
     pairs = Counter((s[i], s[i + 1]) for s in _seg_tokens(segs) for i in range(len(s) - 1))
     assert pairs == Counter(zip(doc[:-1].tolist(), doc[1:].tolist()))

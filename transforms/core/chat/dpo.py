@@ -1,12 +1,17 @@
 """DPO rows: a prompt and two responses (chosen, rejected), six rows of msl, loss on the response labels.
 
-**Records** (`dpo_example`): string prompt/chosen/rejected fields, or
-chosen/rejected message lists whose last message is the assistant's (the
-messages before it are the prompt), or a prompt (string or messages) with
-chosen/rejected strings or one-message lists. Every prompt a record gives
-(the prompt field, the chosen prefix, the rejected prefix) must be the same
-conversation, else ChatError("prompts_differ"). A string prompt is one user
-message.
+**Records** (`dpo_example`). A side (chosen, rejected) is a string (the
+assistant's response), one message object (LLaMA-Factory), a list of
+messages whose last is the assistant's (UltraFeedback, OpenAI's
+`preferred_output`: the messages before it are the prompt), or a plain
+transcript of `Human:` / `Assistant:` turns (HH-RLHF: split at its own last
+`Assistant:` marker; the turns before it are the prompt). A prompt is a
+string (one user message), a list of messages, or an object holding
+`messages` (OpenAI's `input`). Every prompt a record gives (the prompt
+field, the chosen prefix, the rejected prefix) must be the same
+conversation, else ChatError("prompts_differ"). Two responses of the same
+tokens teach nothing: ChatError("identical_responses") (also when they
+become the same only when cut to fit the row).
 
 **Tokens** (`encode_dpo`), per side: the prompt rendered with
 `add_generation_prompt=True` must be a prefix of the full conversation
@@ -43,7 +48,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, NamedTuple
+import re
+from typing import Any, Mapping, NamedTuple, Optional
 
 import numpy as np
 
@@ -51,7 +57,8 @@ from transforms.core.chat.encode import ChatEncoder, parse_conversation
 from transforms.core.chat.template import ChatError
 from transforms.core.features import DPO_FEATURES
 
-__all__ = ["DPO_FEATURES", "DpoExample", "EncodedDpo", "dpo_example", "encode_dpo", "dpo_row"]
+__all__ = ["DPO_FEATURES", "DpoExample", "EncodedDpo", "dpo_example", "encode_dpo", "dpo_row",
+           "transcript_messages"]
 
 
 
@@ -77,9 +84,14 @@ def dpo_example(*, prompt: Any = None, chosen: Any, rejected: Any, role_key: str
     """
     if json_text:
         prompt, chosen, rejected = (_decode(v) for v in (prompt, chosen, rejected))
-    prefix_c, text_c = _side(chosen, "chosen", role_key, content_key)
-    prefix_r, text_r = _side(rejected, "rejected", role_key, content_key)
+    # A side is read as a transcript only when the record has no prompt of its own (HH-RLHF has none): a
+    # response that merely quotes "Human:" turns stays a response.
+    transcripts = prompt is None
+    prefix_c, text_c = _side(chosen, "chosen", role_key, content_key, transcripts)
+    prefix_r, text_r = _side(rejected, "rejected", role_key, content_key, transcripts)
     given = None
+    if isinstance(prompt, Mapping) and "messages" in prompt:  # OpenAI's preference layout: input.messages
+        prompt = prompt["messages"]
     if isinstance(prompt, str):
         given = parse_conversation([{"role": "user", "content": prompt}])
     elif prompt is not None:
@@ -101,9 +113,29 @@ def _decode(value: Any) -> Any:
         raise ChatError("not_a_conversation", f"not JSON: {e}") from e
 
 
-def _side(value: Any, name: str, role_key: str, content_key: str) -> tuple[list[dict], str]:
+# HH-RLHF's transcripts: "\n\nHuman: ...\n\nAssistant: ..." (a turn's text follows its marker's space).
+_TRANSCRIPT_TURN = re.compile(r"(?:^|\n\n)(Human|Assistant): ?")
+_TRANSCRIPT_ROLES = {"Human": "user", "Assistant": "assistant"}
+
+
+def transcript_messages(text: str) -> Optional[list[dict]]:
+    """A plain transcript's turns as messages, or None if `text` is not one (it must begin with a Human: turn and
+    hold an Assistant: turn). Split at every marker that begins a paragraph."""
+    body = text.lstrip("\n")
+    if not body.startswith("Human:") or "\n\nAssistant:" not in body:
+        return None
+    parts = _TRANSCRIPT_TURN.split(body)
+    # parts: ["", role, text, role, text, ...]
+    return [{"role": _TRANSCRIPT_ROLES[role], "content": turn} for role, turn in zip(parts[1::2], parts[2::2])]
+
+
+def _side(value: Any, name: str, role_key: str, content_key: str, transcripts: bool) -> tuple[list[dict], str]:
     if isinstance(value, str):
-        messages = parse_conversation([{"role": "assistant", "content": value}])
+        transcript = transcript_messages(value) if transcripts else None
+        messages = parse_conversation(transcript if transcript is not None else
+                                      [{"role": "assistant", "content": value}])
+    elif isinstance(value, Mapping):  # one message object (LLaMA-Factory's pairs)
+        messages = parse_conversation([value], role_key=role_key, content_key=content_key)
     elif isinstance(value, (list, tuple)):
         messages = parse_conversation(value, role_key=role_key, content_key=content_key)
     elif value is None:
@@ -148,6 +180,9 @@ def dpo_row(encoded: EncodedDpo, *, max_seq_length: int, pad_id: int, max_prompt
         sides = [r[:room] for r in sides]
     if len(prompt) < 1:
         raise ChatError("too_long", "no prompt token left")
+    if np.array_equal(sides[0], sides[1]):
+        cut = "" if len(sides[0]) == len(encoded.chosen) == len(encoded.rejected) else " once cut to fit the row"
+        raise ChatError("identical_responses", f"the chosen and the rejected response have the same tokens{cut}")
     row = np.zeros((6, msl), dtype=np.int32)
     for k, response in enumerate(sides):
         s = np.concatenate([prompt, response])

@@ -124,9 +124,17 @@ def parse_conversation(value: Any, *, role_key: str = "role", content_key: str =
             raise ChatError("not_a_conversation", f"not JSON: {e}") from e
     if not isinstance(value, (list, tuple)) or not all(isinstance(m, Mapping) for m in value):
         raise ChatError("not_a_conversation", f"expected a list of objects, got {type(value).__name__}")
-    messages = [{"role": normalize_role(m.get(role_key)), "content": m.get(content_key)} for m in value]
+    messages = [_message(m, role_key, content_key) for m in value]
     check_messages(messages)
     return messages
+
+
+def _message(m: Mapping, role_key: str, content_key: str) -> dict:
+    if role_key == "role" and content_key == "content" and "role" not in m and "from" in m:
+        # ShareGPT's keys (LLaMA-Factory's and most ShareGPT-style sets) where the default ones are not set:
+        # read, not refused as a message of no role.
+        role_key, content_key = "from", "value"
+    return {"role": normalize_role(m.get(role_key)), "content": m.get(content_key)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -43,7 +43,7 @@ import jinja2.nodes
 import jinja2.utils
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-__all__ = ["CHATML", "CHATML_TOKENS", "SPECIAL_TOKEN_KEYS", "ChatError", "ChatRenderer", "Rendering",
+__all__ = ["CHATML", "CHATML_TOKENS", "SPECIAL_TOKEN_KEYS", "ChatError", "ChatRenderer", "Rendering", "probe_template",
            "template_from_config", "template_tokens", "has_generation_blocks"]
 
 # The ChatML template transformers used as its default (and Cerebras 2.10 falls back to).
@@ -288,3 +288,22 @@ class ChatRenderer:
         finally:
             state.emitted = state.spans = None
         return Rendering("".join(blocks), tuple(spans))
+
+
+_PROBE = ({"role": "user", "content": "Probe question 7f3a?"}, {"role": "assistant", "content": "Probe answer 7f3a."})
+
+
+def probe_template(renderer: ChatRenderer) -> Optional[str]:
+    """Why the template cannot be a chat template (None if it can): it must render a user and an assistant
+    message and write both contents. A data file or a note given as the template renders to itself, without
+    the messages: every record would then be refused, one dead letter at a time, by a job that exits 0.
+    """
+    try:
+        text = renderer.render(list(_PROBE)).text
+    except ChatError as e:
+        return f"it cannot render a user message and an assistant message: {e.detail or e.reason}"
+    missing = [m["role"] for m in _PROBE if m["content"] not in text]
+    if missing:
+        return (f"rendering a user message and an assistant message does not write the {' and the '.join(missing)}"
+                f" message's content (is it a Jinja chat template? it begins {renderer.template[:60]!r})")
+    return None
