@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import yaml
 
-from transforms.core.records import JsonKey
+from transforms.core.records import ConversationKey, JsonKey
 from transforms.core.splits import check_name, parse_context_splits, parse_data_splits
 
 __all__ = ["Config", "ConfigError", "MODES", "VSL_MODES", "SUMMARIZATION_MODES", "CHAT_MODES", "CONVERSATION_MODES",
@@ -165,6 +165,9 @@ SETTINGS: tuple[Setting, ...] = (
        "the chat template: a .jinja file, or chatml; default: the Hugging Face tokenizer's own", modes=CHAT_MODES),
     _s("messages_key", "dataset", "str", "messages",
        "record key of the conversation, a list of messages (ShareGPT: conversations)", modes=CONVERSATION_MODES),
+    _s("tools_key", "dataset", "str", "tools",
+       "record key of the tools a conversation may call (a list of function schemas, handed to the template as "
+       "`tools`); a record without it has none", modes=CONVERSATION_MODES),
     _s("role_key", "dataset", "str", "role", "key of a message's role (ShareGPT: from)", modes=CHAT_MODES),
     _s("content_key", "dataset", "str", "content", "key of a message's text (ShareGPT: value)", modes=CHAT_MODES),
     _s("train_on_all_assistant_turns", "dataset", "bool", True,
@@ -215,7 +218,7 @@ class Config:
         if self.mode in SUMMARIZATION_MODES:
             return (self.prompt_key, self.completion_key)
         if self.mode in CONVERSATION_MODES:
-            return (JsonKey(self.messages_key),)
+            return (ConversationKey(self.messages_key, self.tools_key),)
         if self.mode == DPO:
             keys = (JsonKey(self.chosen_key), JsonKey(self.rejected_key))
             return keys + ((JsonKey(self.prompt_key),) if self.prompt_key else ())

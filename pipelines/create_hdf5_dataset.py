@@ -443,7 +443,8 @@ def _check_msl_limit(config: Config, files: TokenizerFiles) -> None:
 
 def _chat_config(config: Config, files: TokenizerFiles, tokenizer) -> ChatConfig:
     """The chat template and what it sees, checked before any data is read."""
-    from transforms.core.chat.template import ChatError, ChatRenderer, probe_template, template_tokens
+    from transforms.core.chat.template import ChatError, ChatRenderer, probe_template, renders_tool_calls, \
+        template_tokens
 
     try:
         template = read_chat_template(config.chat_template, files)
@@ -456,12 +457,18 @@ def _chat_config(config: Config, files: TokenizerFiles, tokenizer) -> ChatConfig
                                                                             ("bos_token", tokenizer.bos_id))
                   if i is not None}
     try:
-        problem = probe_template(ChatRenderer(template, tokens))
+        renderer = ChatRenderer(template, tokens)
     except ChatError as e:
         raise UserError(f"chat template: {e.detail or e.reason}") from None
+    where = config.chat_template or f"the tokenizer's ({files.name})"
+    problem = probe_template(renderer)
     if problem is not None:
-        where = config.chat_template or f"the tokenizer's ({files.name})"
         raise UserError(f"chat template {where}: {problem}")
+    if config.mode != "DPO" and config.source_of("tools_key") != "default" and not renders_tool_calls(renderer):
+        # Asked for tool data explicitly: a template that leaves tools out would refuse every record that has them.
+        raise UserError(f"chat template {where}: it does not write tools or tool calls (a probe conversation with "
+                        f"both rendered without them), and --tools_key {config.tools_key} asks for them; use a "
+                        f"template that renders tools (--chat_template FILE.jinja)")
     return ChatConfig(
         mode=config.mode, max_seq_length=config.max_seq_length, pad_id=tokenizer.pad_id, template=template,
         template_tokens=tuple(sorted(tokens.items())), role_key=config.role_key, content_key=config.content_key,

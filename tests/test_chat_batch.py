@@ -189,7 +189,7 @@ def test_conversations_the_encoder_refuses_are_dropped_by_reason():
                                             conversation(("user", "Q"), ("assistant", "A"))),
                                  encoder(upper), cfg(template=upper, max_seq_length=32))
     assert len(block) == 1
-    assert block.stats.totals["dropped.content_not_found"] == 1 and block.stats.totals["docs_used"] == 1
+    assert block.stats.totals["dropped.content_rewritten"] == 1 and block.stats.totals["docs_used"] == 1
 
 
 def test_contents_are_normalized_and_their_sizes_counted():
@@ -247,7 +247,7 @@ def test_encoding_in_slices_gives_the_same_rows(monkeypatch):
 
     class Spy(ChatEncoder):
         def encode_many(self, conversations, **kwargs):
-            calls.append([sum(len(m["content"]) for m in c) for c in conversations])
+            calls.append([sum(len(m["content"]) for m in c.messages) for c in conversations])
             return super().encode_many(conversations, **kwargs)
 
     monkeypatch.setattr(B, "ENCODE_SLICE_CHARS", 6)
@@ -353,7 +353,7 @@ def test_dpo_drops_by_reason_and_normalizes():
     upper = "{% for m in messages %}<{{ m.role }}>{{ m.content | upper }}{% endfor %}"
     block = B.dpo_batch(docs_batch(dpo_record("q", "a", "b")), encoder(upper), cfg("DPO", template=upper))
     assert len(block) == 0 and block.stats.sources[SOURCE] == Counter({
-        "dropped.content_not_found": 1, "raw_chars": 3, "raw_bytes": 3, "normalized_chars": 3,
+        "dropped.content_rewritten": 1, "raw_chars": 3, "raw_bytes": 3, "normalized_chars": 3,
         "normalized_bytes": 3})
 
 
@@ -364,7 +364,10 @@ def test_dpo_records_with_other_keys():
     record = (sharegpt(("human", "Q"), ("gpt", "A")), sharegpt(("human", "Q"), ("gpt", "B")))
     keys = cfg("DPO", max_seq_length=8, role_key="from", content_key="value")
     assert B.RecordCheck(keys)(record) is None
-    assert B.RecordCheck(cfg("DPO"))(record)[0] == "unknown_role"
+    # ShareGPT's keys are also read without being named; other keys are not.
+    assert B.RecordCheck(cfg("DPO"))(record) is None
+    other = tuple(r.replace('"from"', '"speaker"') for r in record)
+    assert B.RecordCheck(cfg("DPO"))(other)[0] == "unknown_role"
     block = B.dpo_batch(docs_batch(record), encoder(), keys)
     assert block.windows.rows_between(0, 1)[0, 0].tolist() == ids("<u>Q</s><a>A</s>") + [PAD, PAD]
 

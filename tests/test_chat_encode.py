@@ -255,7 +255,9 @@ def test_parse_conversation():
         {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
     messages = [{"role": "System", "content": ""}, {"role": "user", "content": "u", "name": "x"},
                 {"role": "model", "content": "m"}, {"role": "observation", "content": "o"}]
-    assert parse_conversation(messages) == [{"role": "system", "content": ""}, {"role": "user", "content": "u"},
+    # A message's other keys (here a name) are kept: the template sees them, as transformers hands them on.
+    assert parse_conversation(messages) == [{"role": "system", "content": ""},
+                                            {"role": "user", "content": "u", "name": "x"},
                                             {"role": "assistant", "content": "m"}, {"role": "tool", "content": "o"}]
     assert parse_conversation(json.dumps(messages).encode()) == parse_conversation(messages)
     assert {r: ROLES[r] for r in ("human", "gpt", "chatgpt", "bard", "function", "ipython")} == {
@@ -295,14 +297,14 @@ def test_encode_errors():
 
 def test_content_the_template_drops():
     """Mistral's template shows the system message only when the last message is the user's: dropped in
-    training conversations (transformers drops it too), so the conversation is refused."""
+    training conversations (transformers drops it too), so the conversation is refused, with a reason of its own."""
     messages = [{"role": "system", "content": "Be brief"}, {"role": "user", "content": "q"},
                 {"role": "assistant", "content": "a"}]
     assert "Be brief" not in hf_tokenizer("mistral-nemo-instruct").apply_chat_template(messages, tokenize=False)
     with pytest.raises(ChatError) as info:
         encoder("mistral-nemo-instruct").encode(messages)
-    assert info.value.reason == "content_not_found"
-    assert "system" in info.value.detail
+    assert info.value.reason == "system_not_rendered"
+    assert info.value.detail == "the template does not write message 0 (the system prompt)"
     # with the user's message last, it sits in that message
     got = encoder("mistral-nemo-instruct").tokenize(messages[:2])
     assert got.text == "<s>[INST]Be brief\n\nq[/INST]"
@@ -312,7 +314,7 @@ def test_content_the_template_drops():
 def test_templates_that_transform_contents():
     upper = ChatRenderer("{% for m in messages %}<{{ m.role }}>{{ m.content | upper }}{% endfor %}", {})
     enc = ChatEncoder(upper, backend("qwen2.5-instruct"))
-    with pytest.raises(ChatError, match="content_not_found"):
+    with pytest.raises(ChatError, match="content_rewritten"):
         enc.encode([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
     assert enc.encode([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]).trained.any()
     # a template whose output depends on the content: located by search, after the template's own text

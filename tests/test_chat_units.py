@@ -376,7 +376,8 @@ def test_contents_searched_when_the_template_refuses_the_sentinels():
     assert err.reason == "template_error"
     upper = "{% for m in messages %}<{{ m.role }}>{{ m.content | upper }}{% endfor %}"
     err = chat_error(encoder(upper).encode, [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "a"}])
-    assert (err.reason, err.detail) == ("content_not_found", "message 1 (assistant) is not in the rendered text")
+    assert (err.reason, err.detail) == ("content_rewritten", "the template writes message 1 (assistant) otherwise "
+                                                             "than its content, and not as its stripped text")
 
 
 def test_errors_name_the_reason_and_the_message():
@@ -727,8 +728,12 @@ def test_a_message_the_template_leaves_out_is_refused_naming_it():
                       {"role": "assistant", "content": "a"}]):
         err = chat_error(encoder(skip).encode, messages)
         where = [m["role"] for m in messages].index("system")
-        assert (err.reason, err.detail) == ("content_not_found",
-                                            f"the template does not render message {where} (system)")
+        assert (err.reason, err.detail) == ("system_not_rendered",
+                                            f"the template does not write message {where} (the system prompt)")
+    user_left_out = skip.replace("m.role != 'system'", "m.role != 'user'")
+    err = chat_error(encoder(user_left_out).encode, [{"role": "user", "content": "q"},
+                                                     {"role": "assistant", "content": "a"}])
+    assert (err.reason, err.detail) == ("content_not_found", "the template does not write message 0 (user)")
 
 
 def test_an_assistant_turn_never_takes_the_next_contents_special_token_text():

@@ -52,6 +52,31 @@ class JsonKey(str):
         return JsonKey, (str(self),)
 
 
+class ConversationKey(JsonKey):
+    """A conversation's messages key, read together with the record's tool list when it has one.
+
+    The value is the messages' JSON text, as for a JsonKey; when the record's
+    `tools_key` holds a value (not null), it is `{"messages": ..., "tools": ...}`
+    instead (transforms.core.chat.encode.parse_chat reads both). A record
+    without tools thus reads exactly as it always did.
+    """
+
+    def __new__(cls, key: str, tools_key: Optional[str] = None):
+        self = super().__new__(cls, key)
+        self.tools_key = tools_key or None
+        return self
+
+    def __reduce__(self):
+        return ConversationKey, (str(self), self.tools_key)
+
+    def __repr__(self) -> str:
+        return f"ConversationKey({str(self)!r}, tools_key={self.tools_key!r})"
+
+    def with_tools(self, value, tools):
+        """The value to write as JSON: the messages alone, or with the record's tools."""
+        return value if tools is None else {"messages": value, "tools": tools}
+
+
 @dataclasses.dataclass(frozen=True)
 class InputFile:
     index: int  # position in the sorted input list

@@ -46,6 +46,7 @@ from transforms.core.records import (
     TRUNCATED_STREAM,
     UNREADABLE_FILE,
     BadRecord,
+    ConversationKey,
     Document,
     JsonKey,
 )
@@ -332,7 +333,7 @@ def _coerce(value, key: str) -> tuple[Optional[str], str]:
     """(text, "") for a usable value, else (None, reason); a JsonKey's value becomes its JSON text."""
     if value is None:
         return None, NULL_TEXT
-    if type(key) is JsonKey:
+    if isinstance(key, JsonKey):
         try:
             return json.dumps(value, ensure_ascii=False), ""
         except TypeError:  # a parquet value JSON has no type for (bytes, a date)
@@ -409,6 +410,8 @@ def _line_parser(
             value = obj.get(key, _MISSING)
             if value is _MISSING:
                 return bad(line, index, MISSING_KEY, f"key {key!r} not found")
+            if type(key) is ConversationKey and key.tools_key is not None and value is not None:
+                value = key.with_tools(value, obj.get(key.tools_key))
             text, reason = _coerce(value, key)
             if text is None:
                 return bad(line, index, reason, f"key {key!r} is {type(value).__name__}")
@@ -825,7 +828,9 @@ def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int,
         yield _unreadable(source, f"column(s) {twice} appear more than once in the parquet file")
         return
     start, stop = rows if rows is not None else (0, sum(group_rows))
-    columns = list(dict.fromkeys(keys))
+    # A conversation's tools column, read with it when the file has one.
+    tools = {k: k.tools_key for k in keys if type(k) is ConversationKey and k.tools_key in names}
+    columns = list(dict.fromkeys([*keys, *tools.values()]))
     first_row = 0
     for group, num_rows in enumerate(group_rows):
         lo, hi = max(first_row, start), min(first_row + num_rows, stop)
@@ -842,8 +847,13 @@ def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int,
             else:
                 for a in range(lo, hi, _PARQUET_SLICE_ROWS):
                     piece = table.slice(a - first_row, min(_PARQUET_SLICE_ROWS, hi - a))
-                    yield from _parquet_rows([_column_values(piece.column(k)) for k in keys], a, source, keys,
-                                             check)
+                    cols = [_column_values(piece.column(k)) for k in keys]
+                    for i, k in enumerate(keys):
+                        if k in tools:
+                            cols[i] = [m if isinstance(m, _BadValue) or isinstance(t, _BadValue) or m is None
+                                       else k.with_tools(m, t)
+                                       for m, t in zip(cols[i], _column_values(piece.column(tools[k])))]
+                    yield from _parquet_rows(cols, a, source, keys, check)
                 del table
         first_row += num_rows
         if first_row >= stop:

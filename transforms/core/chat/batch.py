@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 
 from transforms.core.chat.dpo import dpo_example, dpo_row, encode_dpo
-from transforms.core.chat.encode import EncodedChat, parse_conversation
+from transforms.core.chat.encode import Conversation, EncodedChat, parse_chat, render_conversation
 from transforms.core.chat.rows import truncate
 from transforms.core.chat.template import ChatError, ChatRenderer
 from transforms.core.normalize import NormalizeConfig, normalize_text
@@ -83,10 +83,10 @@ class RecordCheck:
                 for response in (example.chosen, example.rejected):
                     self._renderer.render(list(example.prompt) + [{"role": "assistant", "content": response}])
                 return None
-            messages = parse_conversation(values[0], role_key=cfg.role_key, content_key=cfg.content_key)
-            if not any(m["role"] == "assistant" for m in messages):
+            conversation = parse_chat(values[0], role_key=cfg.role_key, content_key=cfg.content_key)
+            if not any(m["role"] == "assistant" for m in conversation.messages):
                 raise ChatError("no_assistant_turn", "the conversation has no assistant message to train on")
-            self._renderer.render(messages)
+            render_conversation(self._renderer, conversation)
         except ChatError as e:
             return e.reason, e.detail
         return None
@@ -105,6 +105,9 @@ def _normalized(messages: list[dict], cfg: NormalizeConfig, counts: Counter) -> 
     out = []
     for m in messages:
         text = m["content"]
+        if text is None:  # a tool call's message without text
+            out.append(m)
+            continue
         counts["raw_chars"] += len(text)
         counts["raw_bytes"] += len(text.encode("utf-8"))
         if not cfg.is_identity:
@@ -132,13 +135,15 @@ ENCODE_SLICE_CHARS = 1 << 20
 
 def _conversations(docs, encoder, cfg: ChatConfig, counts: Counter):
     """(the conversation to write, None) or (None, why it was dropped), per document, in order."""
-    messages = [_normalized(parse_conversation(d.values[0], role_key=cfg.role_key, content_key=cfg.content_key),
-                            cfg.normalize, counts) for d in docs]
+    conversations = []
+    for d in docs:
+        c = parse_chat(d.values[0], role_key=cfg.role_key, content_key=cfg.content_key)
+        conversations.append(Conversation(_normalized(c.messages, cfg.normalize, counts), c.tools))
     start, size = 0, 0
-    for i, m in enumerate(messages):
-        size += sum(len(x["content"]) for x in m)
-        if size >= ENCODE_SLICE_CHARS or i == len(messages) - 1:
-            for encoded in encoder.encode_many(messages[start:i + 1],
+    for i, c in enumerate(conversations):
+        size += sum(len(x["content"] or "") for x in c.messages)
+        if size >= ENCODE_SLICE_CHARS or i == len(conversations) - 1:
+            for encoded in encoder.encode_many(conversations[start:i + 1],
                                                train_on_all_assistant_turns=cfg.train_on_all_assistant_turns):
                 yield _fit(encoded, cfg)
             start, size = i + 1, 0

@@ -1,10 +1,25 @@
 """A conversation as token ids and a loss mask: the rendered template, tokenized safely.
 
 **Messages.** `parse_conversation` reads a record's messages (JSON text or a
-list of dicts) into `[{"role", "content"}]` with roles normalised:
+list of dicts) into `[{"role", "content", ...}]` with roles normalised:
 user/human -> user; assistant/gpt/chatgpt/bard/model -> assistant; system;
-tool/function/observation/ipython -> tool. Content must be a string; it may
-be empty (after stripping) only in a system message.
+tool/function/observation/ipython -> tool; LLaMA-Factory's function_call (its
+value the call's JSON) -> an assistant message with that tool call. A
+message's other keys (`tool_calls`, `tool_call_id`, `name`, reasoning) are
+kept and reach the template, as transformers hands them on. Content must be
+a string; it may be empty (after stripping) only in a system message, or
+empty or null in an assistant message with `tool_calls`. `parse_chat` also
+reads the record's tool list (`{"messages": ..., "tools": [...]}`, as the
+readers hand a ConversationKey on), which the template receives as `tools`.
+
+**Tool calls.** An assistant message's tool calls are trained like its
+content: its turn runs from its content (or, without content, from the end
+of the generation prompt before it) to the end of the conversation rendered
+up to and including it, which must begin the whole rendering
+(ChatError("tool_call_not_located") otherwise). Tool results (role tool) are
+never trained. A template that does not write a record's tool calls or
+tools is ChatError("tools_not_rendered"): the record is refused, never
+trained without them.
 
 **Ids.** The text is `ChatRenderer.render(messages)` (transformers' text) and
 its ids are that text tokenized with `add_special_tokens=False`: no BOS unless
@@ -70,8 +85,8 @@ import tokenizers
 
 from transforms.core.chat.template import ChatError, ChatRenderer, Rendering
 
-__all__ = ["ROLES", "ChatEncoder", "EncodedChat", "TokenizedChat", "Turn", "check_messages", "parse_conversation",
-           "normalize_role"]
+__all__ = ["ROLES", "ChatEncoder", "Conversation", "EncodedChat", "TokenizedChat", "Turn", "check_messages",
+           "parse_chat", "parse_conversation", "normalize_role", "render_conversation"]
 
 # Role names found in chat datasets -> the four roles templates know.
 ROLES = {
@@ -95,7 +110,8 @@ def normalize_role(role: Any) -> str:
 
 
 def check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
-    """Raise a ChatError unless `messages` is a non-empty list of {role, content} with known roles and text."""
+    """Raise a ChatError unless `messages` is a non-empty list of {role, content} with known roles and text
+    (an assistant message with tool calls may have empty or null content)."""
     if not messages:
         raise ChatError("no_messages", "the conversation has no messages")
     for i, m in enumerate(messages):
@@ -103,10 +119,72 @@ def check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
         if role not in _CANONICAL:
             raise ChatError("unknown_role", f"message {i}: role {role!r}")
         content = m.get("content")
+        calls = m.get("tool_calls")
+        if calls is not None:
+            _check_tool_calls(calls, i, role)
+        if content is None and calls:
+            continue
         if not isinstance(content, str):
             raise ChatError("not_a_string", f"message {i}: content is {type(content).__name__}")
-        if role != "system" and not content.strip():
+        if role != "system" and not calls and not content.strip():
             raise ChatError("empty_content", f"message {i} ({role}) is empty")
+
+
+def _check_tool_calls(calls: Any, i: int, role: str) -> None:
+    if role != "assistant":
+        raise ChatError("not_a_tool_call", f"message {i}: a {role} message with tool_calls")
+    if not isinstance(calls, list):
+        raise ChatError("not_a_tool_call", f"message {i}: tool_calls is {type(calls).__name__}, not a list")
+    for call in calls:
+        function = call.get("function", call) if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str) or not function["name"]:
+            raise ChatError("not_a_tool_call", f"message {i}: a tool call without a function name")
+
+
+def tool_call_names(message: Mapping[str, Any]) -> list[str]:
+    """The function names of a message's tool calls (OpenAI's {function: {name}} or a bare {name})."""
+    return [c.get("function", c)["name"] for c in message.get("tool_calls") or ()]
+
+
+@dataclasses.dataclass(frozen=True)
+class Conversation:
+    messages: list  # [{"role", "content", ...}]
+    tools: Optional[list] = None  # the record's tool list, for the template's `tools`
+
+
+def parse_chat(value: Any, *, role_key: str = "role", content_key: str = "content") -> Conversation:
+    """A record's conversation: its messages (see parse_conversation), and its tools when the value holds them
+    (`{"messages": [...], "tools": [...]}`, a ConversationKey's value)."""
+    if isinstance(value, (str, bytes, bytearray)):
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            raise ChatError("not_a_conversation", f"not JSON: {e}") from e
+    tools = None
+    if isinstance(value, Mapping) and "messages" in value:
+        tools = value.get("tools")
+        if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, Mapping) for t in tools)):
+            raise ChatError("not_a_tool_list", f"tools is {type(tools).__name__}, not a list of objects")
+        value = value["messages"]
+    return Conversation(parse_conversation(value, role_key=role_key, content_key=content_key), tools or None)
+
+
+def render_conversation(renderer: ChatRenderer, conversation: Conversation, *,
+                        add_generation_prompt: bool = False) -> Rendering:
+    """The template's rendering of a conversation, refused (tools_not_rendered) when the template leaves out a
+    tool call or a tool the record has: trained without them, the row would teach the model something else."""
+    rendering = renderer.render(conversation.messages, tools=conversation.tools,
+                                add_generation_prompt=add_generation_prompt)
+    text = rendering.text
+    for message in conversation.messages:
+        for name in tool_call_names(message):
+            if name not in text:
+                raise ChatError("tools_not_rendered", f"the chat template does not write the tool call {name!r}")
+    for tool in conversation.tools or ():
+        name = tool.get("function", tool).get("name") if isinstance(tool.get("function", tool), Mapping) else None
+        if isinstance(name, str) and name not in text:
+            raise ChatError("tools_not_rendered", f"the chat template does not write the tool {name!r}")
+    return rendering
 
 
 def parse_conversation(value: Any, *, role_key: str = "role", content_key: str = "content") -> list[dict]:
@@ -124,17 +202,34 @@ def parse_conversation(value: Any, *, role_key: str = "role", content_key: str =
             raise ChatError("not_a_conversation", f"not JSON: {e}") from e
     if not isinstance(value, (list, tuple)) or not all(isinstance(m, Mapping) for m in value):
         raise ChatError("not_a_conversation", f"expected a list of objects, got {type(value).__name__}")
-    messages = [_message(m, role_key, content_key) for m in value]
+    messages = [_message(m, role_key, content_key, i) for i, m in enumerate(value)]
     check_messages(messages)
     return messages
 
 
-def _message(m: Mapping, role_key: str, content_key: str) -> dict:
+def _message(m: Mapping, role_key: str, content_key: str, i: int) -> dict:
     if role_key == "role" and content_key == "content" and "role" not in m and "from" in m:
         # ShareGPT's keys (LLaMA-Factory's and most ShareGPT-style sets) where the default ones are not set:
         # read, not refused as a message of no role.
         role_key, content_key = "from", "value"
-    return {"role": normalize_role(m.get(role_key)), "content": m.get(content_key)}
+    role, content = m.get(role_key), m.get(content_key)
+    # The message's other keys reach the template, as transformers hands them on.
+    rest = {k: v for k, v in m.items() if k not in (role_key, content_key, "role", "content")}
+    if isinstance(role, str) and role.strip().lower() == "function_call":
+        return {"role": "assistant", "content": None, **rest, "tool_calls": _function_call(content, i)}
+    return {"role": normalize_role(role), "content": content, **rest}
+
+
+def _function_call(value: Any, i: int) -> list[dict]:
+    """LLaMA-Factory's function_call turn: its value the call's JSON ({name, arguments}, or a list of them)."""
+    try:
+        calls = json.loads(value) if isinstance(value, str) else value
+    except ValueError as e:
+        raise ChatError("not_a_tool_call", f"message {i}: a function_call that is not JSON: {e}") from e
+    calls = calls if isinstance(calls, list) else [calls]
+    if not all(isinstance(c, Mapping) for c in calls):
+        raise ChatError("not_a_tool_call", f"message {i}: a function_call that is not an object")
+    return [{"type": "function", "function": dict(c)} for c in calls]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +251,9 @@ class TokenizedChat:
     offsets: np.ndarray  # int64 [T, 2]: each token's characters in `text`
     spans: tuple[tuple[int, int], ...]  # each message's content characters, in message order
     generation: tuple[tuple[int, int], ...]  # the template's {% generation %} blocks (characters)
+    # Per message: (start, end) characters of an assistant turn's output beyond its content (tool calls, reasoning
+    # the template writes from the message's fields), located by rendering the conversation up to it; else None.
+    outputs: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -206,47 +304,78 @@ class ChatEncoder:
 
     # ------------------------------------------------------------------ public
 
-    def tokenize(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False) -> TokenizedChat:
-        rendered = self._render(messages, add_generation_prompt)
+    def tokenize(self, messages, *, add_generation_prompt: bool = False, tools=None) -> TokenizedChat:
+        """`messages`: a list of messages (with `tools`, the record's tool list) or a Conversation."""
+        conversation = _conversation(messages, tools)
+        rendered = self._render(conversation, add_generation_prompt)
         return self._tokenized(*rendered, self.backend.encode(rendered[0].text, add_special_tokens=False))
 
-    def encode(self, messages: Sequence[Mapping[str, Any]], *,
-               train_on_all_assistant_turns: bool = True) -> EncodedChat:
-        return self._encoded(messages, self.tokenize(messages), train_on_all_assistant_turns)
+    def encode(self, messages, *, train_on_all_assistant_turns: bool = True, tools=None) -> EncodedChat:
+        conversation = _conversation(messages, tools)
+        return self._encoded(conversation.messages, self.tokenize(conversation), train_on_all_assistant_turns)
 
-    def encode_many(self, conversations: Sequence[Sequence[Mapping[str, Any]]], *,
-                    train_on_all_assistant_turns: bool = True) -> list:
-        """`encode` of each conversation, or the ChatError it raises, in order; the texts are tokenized in one
-        `encode_batch` call, which runs on every core the process may use (the tokenizer's own threads)."""
+    def encode_many(self, conversations: Sequence, *, train_on_all_assistant_turns: bool = True) -> list:
+        """`encode` of each conversation (a Conversation or a list of messages), or the ChatError it raises, in
+        order; the texts are tokenized in one `encode_batch` call, which runs on every core the process may use
+        (the tokenizer's own threads)."""
+        conversations = [_conversation(c, None) for c in conversations]
         rendered: list = []
-        for messages in conversations:
+        for conversation in conversations:
             try:
-                rendered.append(self._render(messages, False))
+                rendered.append(self._render(conversation, False))
             except ChatError as e:
                 rendered.append(e)
         texts = [r[0].text for r in rendered if not isinstance(r, ChatError)]
         encodings = iter(self.backend.encode_batch(texts, add_special_tokens=False))
         out: list = []
-        for messages, r in zip(conversations, rendered):
+        for conversation, r in zip(conversations, rendered):
             if isinstance(r, ChatError):
                 out.append(r)
                 continue
             try:
-                out.append(self._encoded(messages, self._tokenized(*r, next(encodings)), train_on_all_assistant_turns))
+                out.append(self._encoded(conversation.messages, self._tokenized(*r, next(encodings)),
+                                         train_on_all_assistant_turns))
             except ChatError as e:
                 out.append(e)
         return out
 
-    def _render(self, messages, add_generation_prompt: bool) -> tuple[Rendering, tuple]:
+    def _render(self, conversation: "Conversation", add_generation_prompt: bool) -> tuple[Rendering, tuple, tuple]:
+        messages = conversation.messages
         check_messages(messages)
-        rendering = self.renderer.render(messages, add_generation_prompt=add_generation_prompt)
-        return rendering, self._content_spans(messages, rendering, add_generation_prompt)
+        rendering = render_conversation(self.renderer, conversation, add_generation_prompt=add_generation_prompt)
+        spans = self._content_spans(messages, rendering, add_generation_prompt, conversation.tools)
+        outputs = self._outputs(conversation, rendering.text)
+        return rendering, spans, outputs
 
-    def _tokenized(self, rendering: Rendering, spans: tuple, encoding) -> TokenizedChat:
+    def _tokenized(self, rendering: Rendering, spans: tuple, outputs: tuple, encoding) -> TokenizedChat:
         ids, offsets = self._ids(rendering.text, spans, encoding)
-        return TokenizedChat(rendering.text, ids, offsets, spans, rendering.generation)
+        return TokenizedChat(rendering.text, ids, offsets, spans, rendering.generation, outputs)
+
+    def _outputs(self, conversation: "Conversation", text: str) -> tuple:
+        """Per message: where an assistant turn with tool calls or reasoning writes its output, else None.
+
+        From the end of the conversation before it rendered with the generation prompt to the end of the
+        conversation rendered up to and including it, when both begin the whole text. Tool calls must be located
+        (ChatError otherwise); reasoning need not: a template that writes it only for the last turn (Qwen3)
+        leaves earlier turns' reasoning out of the text, and there is nothing of it to train.
+        """
+        outputs: list = [None] * len(conversation.messages)
+        messages, tools = conversation.messages, conversation.tools
+        for i, m in enumerate(messages):
+            calls = bool(m.get("tool_calls"))
+            if m["role"] != "assistant" or not (calls or any(m.get(k) for k in _REASONING_KEYS)):
+                continue
+            before = self.renderer.render(messages[:i], add_generation_prompt=True, tools=tools).text if i else ""
+            upto = self.renderer.render(messages[:i + 1], tools=tools).text
+            if text.startswith(upto) and upto.startswith(before):
+                outputs[i] = (len(before), len(upto))
+            elif calls:
+                raise ChatError("tool_call_not_located", f"message {i} (assistant): the conversation rendered up "
+                                                         "to its tool calls does not begin the whole rendering")
+        return tuple(outputs)
 
     def _encoded(self, messages, tok: TokenizedChat, train_on_all_assistant_turns: bool) -> EncodedChat:
+        outputs = tok.outputs or (None,) * len(messages)
         text, offsets = tok.text, tok.offsets
         if self.uses_markers:
             blocks = tok.generation if train_on_all_assistant_turns else tok.generation[-1:]
@@ -256,28 +385,38 @@ class ChatEncoder:
             if not train_on_all_assistant_turns:
                 assistants = assistants[-1:]
             limits = _neighbours(tok.spans, len(text))
-            trained = _overlap_mask([self.assistant_chars(text, tok.spans[i], limits[i]) for i in assistants], offsets)
+            trained = _overlap_mask([self.assistant_chars(text, tok.spans[i], limits[i], outputs[i])
+                                     for i in assistants], offsets)
         if not trained.any():
             raise ChatError("no_assistant_turn", "no assistant token to train")
         turns = self._turns(messages, tok)
         return EncodedChat(text, tok.ids, trained, offsets, turns)
 
-    def assistant_chars(self, text: str, span: tuple[int, int], limits: tuple[int, int]) -> tuple[int, int]:
-        """The characters the rule trains for an assistant content at `span`, within `limits` (the neighbours)."""
+    def assistant_chars(self, text: str, span: tuple[int, int], limits: tuple[int, int],
+                        output: Optional[tuple[int, int]] = None) -> tuple[int, int]:
+        """The characters the rule trains for an assistant content at `span`, within `limits` (the neighbours);
+        `output`: the turn's whole output when it has tool calls or reasoning (trained like its content)."""
         a, b = span
+        if output is not None:
+            a = min(a, output[0])
         while a > limits[0] and text[a - 1].isspace():
             a -= 1
-        return a, self._turn_end(text, b, limits[1])
+        stop = self._turn_end(text, b, limits[1])
+        return a, stop if output is None else max(stop, output[1])
 
     # ------------------------------------------------------------------ where the contents are
 
-    def _content_spans(self, messages, rendering: Rendering,
-                       add_generation_prompt: bool) -> tuple[tuple[int, int], ...]:
+    def _content_spans(self, messages, rendering: Rendering, add_generation_prompt: bool,
+                       tools=None) -> tuple[tuple[int, int], ...]:
         text = rendering.text
         n = len(messages)
-        marked = [{**m, "content": _SENTINEL.format(i)} for i, m in enumerate(messages)]
+        # A tool call's message without text has no content to find: its (empty) place is where the generation
+        # prompt before it ends.
+        bare = {i for i, m in enumerate(messages) if m.get("tool_calls") and not (m.get("content") or "").strip()}
+        marked = [m if i in bare else {**m, "content": _SENTINEL.format(i)} for i, m in enumerate(messages)]
         try:
-            pieces = _SENTINEL_RE.split(self.renderer.render(marked, add_generation_prompt=add_generation_prompt).text)
+            pieces = _SENTINEL_RE.split(self.renderer.render(marked, add_generation_prompt=add_generation_prompt,
+                                                             tools=tools).text)
         except ChatError:  # the template objects to the sentinels: search instead
             pieces = None
         order: list[int] = []
@@ -292,17 +431,34 @@ class ChatEncoder:
                 out += [content, after]
                 pos += len(content) + len(after)
             if "".join(out) == text:
-                missing = [i for i in range(n) if spans[i] is None]
+                missing = [i for i in range(n) if spans[i] is None and i not in bare]
                 if missing:
-                    role = messages[missing[0]]["role"]
-                    raise ChatError("content_not_found", f"the template does not render message {missing[0]} ({role})")
-                return tuple(spans)  # type: ignore[arg-type]
-            return self._search_spans(messages, text, order, pieces[0::2])
-        return self._search_spans(messages, text, list(range(n)), None)
+                    raise ChatError(*_not_rendered(messages, missing[0]))
+                return self._bare_spans(messages, bare, spans, text, tools)
+            # The sentinels were written where the contents go, but the contents do not fill them: the template
+            # changes what it writes of a content (a trim, Llama 3's; DeepSeek-R1's cut at </think>): search.
+            return self._bare_spans(messages, bare, self._search_spans(messages, text, order, pieces[0::2], bare,
+                                                                       rewritten=True), text, tools)
+        return self._bare_spans(messages, bare,
+                                self._search_spans(messages, text, [i for i in range(n) if i not in bare], None, bare),
+                                text, tools)
+
+    def _bare_spans(self, messages, bare: set, spans: list, text: str, tools) -> tuple[tuple[int, int], ...]:
+        """`spans` with the empty place of each bare tool-call message: the end of the conversation before it
+        rendered with the generation prompt, which must begin the whole text."""
+        spans = list(spans)
+        for i in sorted(bare):
+            before = self.renderer.render(messages[:i], add_generation_prompt=True, tools=tools).text if i else ""
+            if not text.startswith(before):
+                raise ChatError("tool_call_not_located", f"message {i} (assistant): the conversation before its tool "
+                                                         "calls, with the generation prompt, does not begin the "
+                                                         "whole rendering")
+            spans[i] = (len(before), len(before))
+        return tuple(spans)
 
     @staticmethod
-    def _search_spans(messages, text: str, order: list[int],
-                      scaffold: Optional[list[str]]) -> tuple[tuple[int, int], ...]:
+    def _search_spans(messages, text: str, order: list[int], scaffold: Optional[list[str]],
+                      bare: frozenset = frozenset(), rewritten: bool = False) -> list:
         spans: list[Optional[tuple[int, int]]] = [None] * len(messages)
         cursor = 0
         for k, i in enumerate(order):
@@ -321,9 +477,12 @@ class ChatEncoder:
                 spans[i] = (j, j - minus_size)
                 cursor = j - minus_size
         for i, span in enumerate(spans):
-            if span is None:
-                raise ChatError("content_not_found", f"message {i} ({messages[i]['role']}) is not in the rendered text")
-        return tuple(spans)  # type: ignore[arg-type]
+            if span is None and i not in bare:
+                if rewritten and i in order:
+                    raise ChatError("content_rewritten", f"the template writes message {i} ({messages[i]['role']}) "
+                                                         "otherwise than its content, and not as its stripped text")
+                raise ChatError(*_not_rendered(messages, i))
+        return spans
 
     # ------------------------------------------------------------------ ids
 
@@ -412,10 +571,13 @@ class ChatEncoder:
         starts, ends = tok.offsets[:, 0], tok.offsets[:, 1]
         total, size = len(tok.ids), len(tok.text)
         limits = _neighbours(tok.spans, size)
+        outputs = tok.outputs or (None,) * len(messages)
         by_position = sorted(range(len(messages)), key=lambda i: tok.spans[i])
         bounds, edge = {}, 0
         for k, i in enumerate(by_position):
             stop = self._turn_end(tok.text, tok.spans[i][1], limits[i][1]) if k + 1 < len(by_position) else size
+            if outputs[i] is not None:  # a turn with tool calls or reasoning runs to their end
+                stop = max(stop, outputs[i][1])
             bounds[i] = (edge, max(edge, stop))
             edge = bounds[i][1]
         turns = []
@@ -428,6 +590,24 @@ class ChatEncoder:
             t1 = total if tb >= size else int(np.searchsorted(starts, tb, "left"))
             turns.append(Turn(m["role"], (a, b), (lo, hi), (t0, max(t0, t1))))
         return tuple(turns)
+
+
+# A message's reasoning, as transformers' templates read it (template.py hands every alias on).
+_REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
+
+
+def _not_rendered(messages, i: int) -> tuple[str, str]:
+    """The reason and detail for a message whose content the template does not write."""
+    role = messages[i]["role"]
+    if role == "system":
+        # Mistral's templates write the system prompt only into the last user turn, and only when that turn ends
+        # the conversation: a conversation that ends with the assistant's turn has none.
+        return "system_not_rendered", f"the template does not write message {i} (the system prompt)"
+    return "content_not_found", f"the template does not write message {i} ({role})"
+
+
+def _conversation(messages, tools) -> "Conversation":
+    return messages if isinstance(messages, Conversation) else Conversation(list(messages), tools)
 
 
 def _neighbours(spans, size: int) -> list[tuple[int, int]]:

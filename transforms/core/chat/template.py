@@ -44,6 +44,7 @@ import jinja2.utils
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 __all__ = ["CHATML", "CHATML_TOKENS", "SPECIAL_TOKEN_KEYS", "ChatError", "ChatRenderer", "Rendering", "probe_template",
+           "renders_tool_calls",
            "template_from_config", "template_tokens", "has_generation_blocks"]
 
 # The ChatML template transformers used as its default (and Cerebras 2.10 falls back to).
@@ -272,14 +273,16 @@ class ChatRenderer:
     def __reduce__(self):  # compiled again where it is unpickled
         return (ChatRenderer, (self.template, self.tokens))
 
-    def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False) -> Rendering:
+    def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False,
+               tools: Optional[Sequence[Mapping[str, Any]]] = None) -> Rendering:
         state = self._tracker.state
         emitted = [0]
         spans: list[tuple[int, int]] = []
         blocks: list[str] = []
         state.emitted, state.spans = emitted, spans
         try:
-            for block in self._compiled.generate(messages=_template_messages(messages), tools=None, documents=None,
+            for block in self._compiled.generate(messages=_template_messages(messages),
+                                                 tools=_plain(list(tools)) if tools else None, documents=None,
                                                  add_generation_prompt=add_generation_prompt, **self.tokens):
                 blocks.append(block)
                 emitted[0] += len(block)
@@ -307,3 +310,22 @@ def probe_template(renderer: ChatRenderer) -> Optional[str]:
         return (f"rendering a user message and an assistant message does not write the {' and the '.join(missing)}"
                 f" message's content (is it a Jinja chat template? it begins {renderer.template[:60]!r})")
     return None
+
+
+_TOOL = {"type": "function", "function": {"name": "probe_tool_7f3a", "description": "A probe.",
+                                          "parameters": {"type": "object", "properties": {}}}}
+_TOOL_CALL = ({"role": "user", "content": "Probe question 7f3a?"},
+              {"role": "assistant", "content": "", "tool_calls": [
+                  {"id": "probe7f3a", "type": "function",
+                   "function": {"name": "probe_call_7f3a", "arguments": {"x": 1}}}]},
+              {"role": "tool", "content": "probe result 7f3a", "tool_call_id": "probe7f3a", "name": "probe_call_7f3a"},
+              {"role": "assistant", "content": "Probe answer 7f3a."})
+
+
+def renders_tool_calls(renderer: ChatRenderer) -> bool:
+    """Whether the template writes a conversation's tools and tool calls (a probe conversation with both)."""
+    try:
+        text = renderer.render(list(_TOOL_CALL), tools=[_TOOL]).text
+    except ChatError:
+        return False
+    return "probe_tool_7f3a" in text and "probe_call_7f3a" in text

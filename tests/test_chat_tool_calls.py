@@ -1,0 +1,223 @@
+"""Tool calls in Chat data (issue #33): `tool_calls` on assistant messages, a record's `tools`, tool results and
+LLaMA-Factory's function_call / observation turns, rendered exactly as transformers renders them.
+
+The oracle is transformers' `apply_chat_template(messages, tools=tools)`: the same text and ids; with TRL's
+Qwen2.5 training template (its `{% generation %}` blocks around the assistant's output, tool calls included)
+transformers' `return_assistant_tokens_mask` is the mask, and the plain Qwen2.5 template (no markers, the same
+text) must train exactly those tokens by our rule. The assistant's tool-call text is trained like its content;
+tool results never are.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.chat_helpers import backend, hf_tokenizer, renderer
+from tests.helpers import SHARED, read_rows, require_shared, run_job
+from transforms.core.chat.encode import ChatEncoder, Conversation, parse_chat
+from transforms.core.chat.template import ChatError, ChatRenderer, renders_tool_calls
+
+QWEN = "qwen2.5-instruct"
+GENMASK = "qwen2.5-instruct-genmask"
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+TIME = {"type": "function", "function": {"name": "get_time", "description": "The local time.",
+                                         "parameters": {"type": "object", "properties": {}}}}
+
+
+def _call(name: str, arguments: dict, call_id: str = "call00001") -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+CONVERSATIONS = {
+    "call_without_text": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [_call("get_weather", {"city": "Paris"})]},
+        {"role": "tool", "content": '{"temp": 21}', "tool_call_id": "call00001", "name": "get_weather"},
+        {"role": "assistant", "content": "It is 21 degrees in Paris."}],
+    "call_with_text": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "Let me look.", "tool_calls": [_call("get_weather", {"city": "Paris"})]},
+        {"role": "tool", "content": "sunny, 21C", "tool_call_id": "call00001"},
+        {"role": "assistant", "content": "Sunny."}],
+    "parallel_calls_empty_text": [
+        {"role": "user", "content": "Weather and time in Oslo?"},
+        {"role": "assistant", "content": "", "tool_calls": [_call("get_weather", {"city": "Oslo"}),
+                                                             _call("get_time", {}, "call00002")]},
+        {"role": "tool", "content": "forecast: rain", "tool_call_id": "call00001"},
+        {"role": "tool", "content": "clock: 14:05", "tool_call_id": "call00002"},
+        {"role": "assistant", "content": "Rain, and it is 14:05."}],
+    "two_rounds": [
+        {"role": "user", "content": "Paris then Rome."},
+        {"role": "assistant", "tool_calls": [_call("get_weather", {"city": "Paris"})]},
+        {"role": "tool", "content": "paris temp 21"},
+        {"role": "assistant", "tool_calls": [_call("get_weather", {"city": "Rome"}, "call00002")]},
+        {"role": "tool", "content": "rome temp 25"},
+        {"role": "assistant", "content": "Paris 21, Rome 25."}],
+}
+
+
+def _hf_messages(messages):
+    return [dict(m) for m in messages]
+
+
+def _trained_text(hf, ids, mask) -> str:
+    return "".join(hf.decode([int(i)]) if m else "_" for i, m in zip(ids, mask))
+
+
+@pytest.mark.parametrize("name", sorted(CONVERSATIONS))
+@pytest.mark.parametrize("tools", [[WEATHER, TIME], None], ids=["tools", "no_tools"])
+def test_text_ids_and_mask_equal_transformers(name, tools):
+    messages = CONVERSATIONS[name]
+    hf = hf_tokenizer(QWEN)
+    want = hf.apply_chat_template(_hf_messages(messages), tools=tools, tokenize=True, return_dict=True)["input_ids"]
+    text = hf.apply_chat_template(_hf_messages(messages), tools=tools, tokenize=False)
+    record = json.dumps({"messages": messages, "tools": tools} if tools else messages)
+    conversation = parse_chat(record)
+    got = ChatEncoder(renderer(QWEN), backend(QWEN)).encode(conversation)
+    assert got.text == text and got.ids.tolist() == list(want)
+    # The training template renders the same text; its generation blocks are transformers' mask.
+    gen = hf_tokenizer(GENMASK).apply_chat_template(_hf_messages(messages), tools=tools, tokenize=True,
+                                                    return_dict=True, return_assistant_tokens_mask=True)
+    assert list(gen["input_ids"]) == list(want)
+    expected = np.array(gen["assistant_masks"], dtype=bool)
+    assert np.array_equal(got.trained, expected), (_trained_text(hf, want, got.trained),
+                                                   _trained_text(hf, want, expected))
+    marked = ChatEncoder(renderer(GENMASK), backend(GENMASK)).encode(conversation)
+    assert np.array_equal(marked.trained, expected)
+    # Every tool call's name and arguments are trained; no tool result is.
+    trained_text = "".join(hf.decode([int(i)]) for i, m in zip(want, got.trained) if m)
+    for m in messages:
+        for call in m.get("tool_calls") or ():
+            assert f'"name": "{call["function"]["name"]}"' in trained_text
+            assert json.dumps(call["function"]["arguments"]) in trained_text
+        if m["role"] == "tool":
+            assert m["content"] not in trained_text
+    roles = {t.role for t in got.turns}
+    assert "tool" in roles
+
+
+def test_llama_factory_function_call_and_observation_turns_are_tool_calls_and_results():
+    sharegpt = [{"from": "human", "value": "Weather in Paris?"},
+                {"from": "function_call", "value": json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})},
+                {"from": "observation", "value": '{"temp": 21}'},
+                {"from": "gpt", "value": "It is 21 degrees."}]
+    openai = [{"role": "user", "content": "Weather in Paris?"},
+              {"role": "assistant", "content": None, "tool_calls": [
+                  {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+              {"role": "tool", "content": '{"temp": 21}'},
+              {"role": "assistant", "content": "It is 21 degrees."}]
+    encoder = ChatEncoder(renderer(QWEN), backend(QWEN))
+    a = encoder.encode(parse_chat(json.dumps({"messages": sharegpt, "tools": [WEATHER]}), role_key="from",
+                                  content_key="value"))
+    b = encoder.encode(parse_chat(json.dumps({"messages": openai, "tools": [WEATHER]})))
+    assert a.text == b.text and np.array_equal(a.ids, b.ids) and np.array_equal(a.trained, b.trained)
+
+
+@pytest.mark.parametrize("messages, reason", [
+    ([{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": "x"}],
+     "not_a_tool_call"),
+    ([{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": [{"x": 1}]}],
+     "not_a_tool_call"),
+    ([{"role": "user", "content": "q", "tool_calls": [_call("f", {})]}, {"role": "assistant", "content": "a"}],
+     "not_a_tool_call"),
+    ([{"role": "user", "content": "q"}, {"role": "function_call", "value": "not json"}], "not_a_tool_call"),
+    ([{"role": "user", "content": "q"}, {"role": "assistant", "content": None}], "not_a_string"),
+    ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": []}], "empty_content"),
+])
+def test_malformed_tool_calls_are_refused_with_a_reason(messages, reason):
+    with pytest.raises(ChatError) as info:
+        ChatEncoder(renderer(QWEN), backend(QWEN)).encode(parse_chat(json.dumps(messages)))
+    assert info.value.reason == reason
+
+
+def test_a_tool_list_that_is_not_a_list_is_refused():
+    with pytest.raises(ChatError) as info:
+        parse_chat(json.dumps({"messages": [{"role": "user", "content": "q"}], "tools": {"name": "f"}}))
+    assert info.value.reason == "not_a_tool_list"
+
+
+def test_a_template_without_tools_refuses_a_record_with_tool_calls():
+    """Llama 3's template (no tools) would drop the call silently; the record is refused, naming it."""
+    llama3 = renderer("llama3-instruct")
+    assert not renders_tool_calls(llama3) and renders_tool_calls(renderer(QWEN))
+    with pytest.raises(ChatError) as info:
+        ChatEncoder(llama3, backend("llama3-instruct")).encode(
+            Conversation(CONVERSATIONS["call_with_text"], None))
+    assert info.value.reason == "tools_not_rendered" and "get_weather" in info.value.detail
+    with pytest.raises(ChatError) as info:
+        ChatEncoder(llama3, backend("llama3-instruct")).encode(
+            Conversation([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], [WEATHER]))
+    assert info.value.reason == "tools_not_rendered"
+
+
+def test_a_tool_call_the_template_writes_differently_when_last_is_refused():
+    """The turn's end is found by rendering the conversation up to the call: a template that writes the call
+    otherwise when it ends the conversation cannot be located, and says so."""
+    moody = ("{% for m in messages %}{% set last = loop.last %}<{{ m.role }}>{{ m.content or '' }}"
+             "{% for c in m.tool_calls or [] %}{{ 'CALL ' if last else 'call ' }}{{ c.function.name }}"
+             "{% endfor %}|{% endfor %}")
+    encoder = ChatEncoder(ChatRenderer(moody, {}), backend(QWEN))
+    with pytest.raises(ChatError) as info:
+        encoder.encode(Conversation(CONVERSATIONS["two_rounds"], None))
+    assert info.value.reason == "tool_call_not_located"
+
+
+# ---------------------------------------------------------------- through the job
+
+def _chat(input_dir, out, *extra) -> list[str]:
+    return ["Chat", "--input_dir", str(input_dir), "--output_dir", str(out), "--tokenizer_type",
+            "HuggingFaceTokenizer", "--huggingface_tokenizer", str(require_shared(SHARED / "tokenizers" / QWEN)),
+            "--max_seq_length", "512", *extra]
+
+
+def test_a_job_trains_tool_calls_from_jsonl_and_parquet_alike(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    records = [{"id": k, "messages": m, **({"tools": [WEATHER, TIME]} if k % 2 else {})}
+               for k, m in enumerate(CONVERSATIONS.values())]
+    (tmp_path / "jsonl").mkdir()
+    (tmp_path / "jsonl" / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "parquet").mkdir()
+    pq.write_table(pa.Table.from_pylist([{**r, "messages": json.dumps(r["messages"]),
+                                          "tools": json.dumps(r["tools"]) if "tools" in r else None}
+                                         for r in records]), tmp_path / "parquet" / "a.parquet")
+    params = run_job(_chat(tmp_path / "jsonl", tmp_path / "out_jsonl"))
+    assert params["input"]["used"] == len(records), params["input"]
+    rows = read_rows(tmp_path / "out_jsonl")
+    hf = hf_tokenizer(QWEN)
+    for row, record in zip(rows, records):
+        want = hf.apply_chat_template(_hf_messages(record["messages"]), tools=record.get("tools"), tokenize=True,
+                                      return_dict=True)["input_ids"]
+        n = int(row[1].sum())  # trained positions: the conversation ends with its last trained token
+        assert row[0][:len(want) - 1].tolist() == list(want)[:-1]
+        assert n > 0
+    assert params["chat"]["loss_valid_tokens_by_role"].get("tool", 0) == 0
+    assert params["chat"]["tokens_by_role"]["tool"] > 0
+
+
+def test_tools_key_asked_for_with_a_template_that_cannot_render_tools_fails_before_the_job(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text(json.dumps({"messages": CONVERSATIONS["call_with_text"]}) + "\n")
+    argv = _chat(tmp_path / "in", tmp_path / "out", "--tools_key", "tools")
+    argv[argv.index(str(SHARED / "tokenizers" / QWEN))] = str(require_shared(SHARED / "tokenizers" /
+                                                                              "llama3-instruct"))
+    proc = subprocess.run([sys.executable, "-m", "pipelines.create_hdf5_dataset", *argv, "--runner", "FnApiRunner"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "does not write tools or tool calls" in proc.stderr and "llama3-instruct" in proc.stderr
+    assert not (tmp_path / "out" / "data_params.json").exists()
