@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_OUT ?= demo_output
 
-.PHONY: demo test test-runners runners prism-cache flink-cluster flink-cluster-stop spark-job-server spark-job-server-stop bench-runners test-torch install bench bench-compress bench-read vsl-pack-bench scale-sim split-bench read-rates progress-eta mutation clean
+.PHONY: demo test fuzz test-runners runners prism-cache flink-cluster flink-cluster-stop spark-job-server spark-job-server-stop bench-runners test-torch install bench bench-compress bench-read vsl-pack-bench scale-sim split-bench read-rates progress-eta mutation clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ demo: install
 # They are set up on first use into .runners/ (kept); without Go or Java they skip, unless REQUIRE_RUNNERS=1.
 test: install
 	$(PY) -m pytest -q -m "not engine_matrix" tests
+
+# Whole jobs of every mode on hostile input, longer than make test's few examples (tests/test_fuzz_jobs.py).
+FUZZ_EXAMPLES ?= 60
+fuzz: install
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q tests/test_fuzz_jobs.py tests/test_bad_input.py -k fuzz
 
 test-runners: install
 	$(PY) -m pytest -q -m engines tests/test_engines.py

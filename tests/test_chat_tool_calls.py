@@ -183,21 +183,27 @@ def test_a_job_trains_tool_calls_from_jsonl_and_parquet_alike(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    records = [{"id": k, "messages": m, **({"tools": [WEATHER, TIME]} if k % 2 else {})}
+    records = [{"id": k, "messages": m, "tools": [WEATHER, TIME] if k % 2 else None}
                for k, m in enumerate(CONVERSATIONS.values())]
+    # Parquet holds the messages and tools as lists of structs (as Hugging Face datasets do): Arrow gives every
+    # struct every field of its column, absent ones null. The .jsonl file holds the records as Arrow reads them
+    # back, so both jobs must give the same rows.
+    table = pa.Table.from_pylist(records)
+    records = table.to_pylist()
     (tmp_path / "jsonl").mkdir()
     (tmp_path / "jsonl" / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (tmp_path / "parquet").mkdir()
-    pq.write_table(pa.Table.from_pylist([{**r, "messages": json.dumps(r["messages"]),
-                                          "tools": json.dumps(r["tools"]) if "tools" in r else None}
-                                         for r in records]), tmp_path / "parquet" / "a.parquet")
+    pq.write_table(table, tmp_path / "parquet" / "a.parquet")
     params = run_job(_chat(tmp_path / "jsonl", tmp_path / "out_jsonl"))
     assert params["input"]["used"] == len(records), params["input"]
+    from_parquet = run_job(_chat(tmp_path / "parquet", tmp_path / "out_parquet"))
+    assert from_parquet["input"]["used"] == len(records), from_parquet["input"]
     rows = read_rows(tmp_path / "out_jsonl")
+    assert np.array_equal(read_rows(tmp_path / "out_parquet"), rows)
     hf = hf_tokenizer(QWEN)
     for row, record in zip(rows, records):
-        want = hf.apply_chat_template(_hf_messages(record["messages"]), tools=record.get("tools"), tokenize=True,
-                                      return_dict=True)["input_ids"]
+        messages = [{k: v for k, v in m.items() if v is not None} for m in record["messages"]]
+        want = hf.apply_chat_template(messages, tools=record["tools"], tokenize=True, return_dict=True)["input_ids"]
         n = int(row[1].sum())  # trained positions: the conversation ends with its last trained token
         assert row[0][:len(want) - 1].tolist() == list(want)[:-1]
         assert n > 0

@@ -95,7 +95,7 @@ def test_too_long():
 
 def test_records():
     user = [{"role": "user", "content": "Q"}]
-    expected = (user, "A", "B")
+    expected = (user, "A", "B", None)  # no tools
     assert dpo_example(prompt="Q", chosen="A", rejected="B") == expected
     assert dpo_example(chosen=user + [{"role": "assistant", "content": "A"}],
                        rejected=user + [{"role": "assistant", "content": "B"}]) == expected

@@ -88,7 +88,7 @@ def test_hh_transcripts_are_split_at_each_sides_own_last_assistant_turn():
     it. Each side is split on its own, and a pair whose prompts then differ is refused with that reason."""
     longer = _hh(PROMPT, "It is 6, since 3+3 is 6.")
     example = dpo_example(chosen=longer, rejected=_hh(PROMPT, REJECTED))
-    assert example == (PROMPT, "It is 6, since 3+3 is 6.", REJECTED)
+    assert example == (PROMPT, "It is 6, since 3+3 is 6.", REJECTED, None)
     other_prompt = _hh([{"role": "user", "content": "What is 5+5?"}], REJECTED)
     with pytest.raises(ChatError) as info:
         dpo_example(chosen=_hh(PROMPT, CHOSEN), rejected=other_prompt)
@@ -133,3 +133,21 @@ def test_hh_pairs_whose_prompts_differ_are_dead_letters_with_their_line(tmp_path
     (letter,) = [json.loads(line) for p in (tmp_path / "out_hh" / "dead_letter").glob("*.jsonl")
                  for line in p.read_text().splitlines()]
     assert letter["line"] == 2 and json.loads(letter["raw"]) == records[1]
+
+
+def test_openai_prompts_tools_reach_the_template(tmp_path):
+    """OpenAI's input.tools are the template's tools, on both sides, never dropped."""
+    tool = {"type": "function", "function": {"name": "get_sum", "description": "Adds.",
+                                             "parameters": {"type": "object", "properties": {}}}}
+    record, flags = LAYOUTS["openai"]
+    with_tools = {**record, "input": {**record["input"], "tools": [tool]}}
+    # Qwen's tool preamble is long: rows of 512 (the last --max_seq_length given is the one used).
+    params, rows = _job(tmp_path, "openai_tools", [with_tools], flags + ["--max_seq_length", "512"])
+    assert params["input"]["used"] == 1, params["input"]
+    from tests.chat_helpers import hf_tokenizer
+
+    hf = hf_tokenizer("qwen2.5-instruct")
+    chosen = rows[0][0][rows[0][0] != rows[0][0][-1]].tolist()  # the chosen side's ids, padding off
+    want = hf.apply_chat_template(PROMPT + [{"role": "assistant", "content": CHOSEN}], tools=[tool], tokenize=True,
+                                  return_dict=True)["input_ids"]
+    assert chosen == list(want)[:len(chosen)] and "get_sum" in hf.decode(chosen)

@@ -81,7 +81,8 @@ class RecordCheck:
             if cfg.dpo:
                 example = _dpo_example(values, cfg)
                 for response in (example.chosen, example.rejected):
-                    self._renderer.render(list(example.prompt) + [{"role": "assistant", "content": response}])
+                    render_conversation(self._renderer, Conversation(
+                        list(example.prompt) + [{"role": "assistant", "content": response}], example.tools))
                 return None
             conversation = parse_chat(values[0], role_key=cfg.role_key, content_key=cfg.content_key)
             if not any(m["role"] == "assistant" for m in conversation.messages):

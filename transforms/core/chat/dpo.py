@@ -53,7 +53,7 @@ from typing import Any, Mapping, NamedTuple, Optional
 
 import numpy as np
 
-from transforms.core.chat.encode import ChatEncoder, parse_conversation
+from transforms.core.chat.encode import ChatEncoder, Conversation, parse_conversation, render_conversation
 from transforms.core.chat.template import ChatError
 from transforms.core.features import DPO_FEATURES
 
@@ -66,6 +66,7 @@ class DpoExample(NamedTuple):
     prompt: list[dict]  # messages
     chosen: str
     rejected: str
+    tools: Optional[list] = None  # the prompt's tools (OpenAI's input.tools), for the template's `tools`
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -89,8 +90,11 @@ def dpo_example(*, prompt: Any = None, chosen: Any, rejected: Any, role_key: str
     transcripts = prompt is None
     prefix_c, text_c = _side(chosen, "chosen", role_key, content_key, transcripts)
     prefix_r, text_r = _side(rejected, "rejected", role_key, content_key, transcripts)
-    given = None
+    given, tools = None, None
     if isinstance(prompt, Mapping) and "messages" in prompt:  # OpenAI's preference layout: input.messages
+        tools = prompt.get("tools") or None
+        if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, Mapping) for t in tools)):
+            raise ChatError("not_a_tool_list", f"tools is {type(tools).__name__}, not a list of objects")
         prompt = prompt["messages"]
     if isinstance(prompt, str):
         given = parse_conversation([{"role": "user", "content": prompt}])
@@ -101,7 +105,7 @@ def dpo_example(*, prompt: Any = None, chosen: Any, rejected: Any, role_key: str
         raise ChatError("no_messages", "the record has no prompt")
     if any(p != prompts[0] for p in prompts[1:]):
         raise ChatError("prompts_differ", "the prompt, the chosen and the rejected conversations disagree")
-    return DpoExample(prompts[0], text_c, text_r)
+    return DpoExample(prompts[0], text_c, text_r, tools)
 
 
 def _decode(value: Any) -> Any:
@@ -149,14 +153,16 @@ def _side(value: Any, name: str, role_key: str, content_key: str, transcripts: b
 
 def encode_dpo(encoder: ChatEncoder, example: DpoExample) -> EncodedDpo:
     """The prompt tokens and the two response tokens (see the module docstring)."""
-    prompt_text = encoder.renderer.render(example.prompt, add_generation_prompt=True).text
+    tools = example.tools
+    prompt_text = render_conversation(encoder.renderer, Conversation(list(example.prompt), tools),
+                                      add_generation_prompt=True).text
     prompts, responses = [], []
     for response in (example.chosen, example.rejected):
         messages = list(example.prompt) + [{"role": "assistant", "content": response}]
-        if not encoder.renderer.render(messages).text.startswith(prompt_text):
+        if not encoder.renderer.render(messages, tools=tools).text.startswith(prompt_text):
             raise ChatError("prompt_not_a_prefix",
                             "the prompt with the generation prompt does not begin the conversation")
-        tok = encoder.tokenize(messages)
+        tok = encoder.tokenize(messages, tools=tools)
         k = int(np.searchsorted(tok.offsets[:, 0], len(prompt_text), "left"))
         if (k and tok.offsets[k - 1, 1] > len(prompt_text)) or k == len(tok.ids):
             raise ChatError("prompt_not_a_token_prefix", "a token spans the end of the prompt")
