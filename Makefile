@@ -25,7 +25,7 @@ demo: install
 # Real engines (tests/test_engines.py): a smoke on Prism and a Flink cluster here; the whole matrix in test-runners.
 # They are set up on first use into .runners/ (kept); without Go or Java they skip, unless REQUIRE_RUNNERS=1.
 test: install
-	$(PY) -m pytest -q -m "not engine_matrix" tests
+	$(PY) -m pytest -q -o faulthandler_timeout=600 -m "not engine_matrix" tests
 
 # Whole jobs of every mode on hostile input, longer than make test's few examples (tests/test_fuzz_jobs.py).
 FUZZ_EXAMPLES ?= 60

@@ -96,3 +96,19 @@ def test_a_job_with_thousands_of_bad_lines_writes_them_all(tmp_path, monkeypatch
     (final,) = (tmp_path / "out" / "dead_letter").iterdir()
     assert [json.loads(line)["line"] for line in final.open()] == bad
     assert not (tmp_path / "out" / ".tmp").exists()  # the parts went with the temporary directory
+
+
+def test_a_dead_letter_is_one_line_for_every_line_splitter(tmp_path):
+    """JSON allows U+0085, U+2028 and U+2029 raw in a string, and str.splitlines (and many editors) break lines
+    at them: they are written escaped, so that every reader sees one record per line, decoding to the same."""
+    lines = ['{"text": 1, "note": "a\u0085b\u2028c\u2029d\x1ce"}', "not json \u2028 either"]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    gpt2 = ROOT / "data" / "tokenizers" / "gpt2"
+    run_job(["LMData", "--input_dir", str(tmp_path / "in"), "--output_dir", str(tmp_path / "out"),
+             "--tokenizer_type", "GPT2Tokenizer", "--vocab_file", str(gpt2 / "vocab.bpe"),
+             "--encoder_file", str(gpt2 / "encoder.json")])
+    (path,) = (tmp_path / "out" / "dead_letter").iterdir()
+    text = path.read_text(encoding="utf-8")
+    assert len(text.splitlines()) == 2 and text.count("\n") == 2
+    assert [json.loads(line)["raw"] for line in text.splitlines()] == lines

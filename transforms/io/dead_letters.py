@@ -51,8 +51,13 @@ def _digest(source: str) -> str:
     return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
+# Characters JSON allows raw in a string that other line splitters than "\n" break a line at (Python's
+# str.splitlines, many editors): written escaped, so that every reader sees one record per line.
+_LINE_BREAKERS = str.maketrans({"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def _line(record) -> str:
-    return json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n"
+    return json.dumps(record, ensure_ascii=False, sort_keys=True).translate(_LINE_BREAKERS) + "\n"
 
 
 @dataclasses.dataclass(frozen=True)
