@@ -188,7 +188,7 @@ def render_conversation(renderer: ChatRenderer, conversation: Conversation, *,
 
 
 def parse_conversation(value: Any, *, role_key: str = "role", content_key: str = "content") -> list[dict]:
-    """A record's messages -> `[{"role": user|assistant|system|tool, "content": str}]`, or a ChatError.
+    """A record's messages -> `[{"role": user|assistant|system|tool, "content": str, ...}]`, or a ChatError.
 
     `value` is JSON text or an already decoded list. ShareGPT records are
     `role_key="from", content_key="value"`. For example
