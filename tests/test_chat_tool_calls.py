@@ -227,3 +227,12 @@ def test_tools_key_asked_for_with_a_template_that_cannot_render_tools_fails_befo
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "does not write tools or tool calls" in proc.stderr and "llama3-instruct" in proc.stderr
     assert not (tmp_path / "out" / "data_params.json").exists()
+
+
+def test_a_conversation_kept_as_a_json_string_is_read_as_the_conversation():
+    """A .parquet column of conversations stored as JSON text reaches the parser as the JSON text of a string."""
+    messages = CONVERSATIONS["call_with_text"]
+    assert parse_chat(json.dumps(json.dumps(messages))) == parse_chat(json.dumps(messages))
+    with pytest.raises(ChatError) as info:
+        parse_chat(json.dumps("not a conversation"))
+    assert info.value.reason == "not_a_conversation"

@@ -69,9 +69,6 @@ class ConversationKey(JsonKey):
     def __reduce__(self):
         return ConversationKey, (str(self), self.tools_key)
 
-    def __repr__(self) -> str:
-        return f"ConversationKey({str(self)!r}, tools_key={self.tools_key!r})"
-
     def with_tools(self, value, tools):
         """The value to write as JSON: the messages alone, or with the record's tools."""
         return value if tools is None else {"messages": value, "tools": tools}

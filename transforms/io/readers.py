@@ -850,8 +850,9 @@ def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int,
                     cols = [_column_values(piece.column(k)) for k in keys]
                     for i, k in enumerate(keys):
                         if k in tools:
-                            cols[i] = [m if isinstance(m, _BadValue) or isinstance(t, _BadValue) or m is None
-                                       else k.with_tools(m, t)
+                            # A tools value that cannot be read makes the row bad, as its messages would.
+                            cols[i] = [m if isinstance(m, _BadValue) or m is None
+                                       else t if isinstance(t, _BadValue) else k.with_tools(m, t)
                                        for m, t in zip(cols[i], _column_values(piece.column(tools[k])))]
                     yield from _parquet_rows(cols, a, source, keys, check)
                 del table

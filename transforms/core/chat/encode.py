@@ -155,11 +155,7 @@ class Conversation:
 def parse_chat(value: Any, *, role_key: str = "role", content_key: str = "content") -> Conversation:
     """A record's conversation: its messages (see parse_conversation), and its tools when the value holds them
     (`{"messages": [...], "tools": [...]}`, a ConversationKey's value)."""
-    if isinstance(value, (str, bytes, bytearray)):
-        try:
-            value = json.loads(value)
-        except ValueError as e:
-            raise ChatError("not_a_conversation", f"not JSON: {e}") from e
+    value = _decoded(value)
     tools = None
     if isinstance(value, Mapping) and "messages" in value:
         tools = value.get("tools")
@@ -195,16 +191,25 @@ def parse_conversation(value: Any, *, role_key: str = "role", content_key: str =
     `'[{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]'`
     gives `[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]`.
     """
-    if isinstance(value, (str, bytes, bytearray)):
-        try:
-            value = json.loads(value)
-        except ValueError as e:
-            raise ChatError("not_a_conversation", f"not JSON: {e}") from e
+    value = _decoded(value)
     if not isinstance(value, (list, tuple)) or not all(isinstance(m, Mapping) for m in value):
         raise ChatError("not_a_conversation", f"expected a list of objects, got {type(value).__name__}")
     messages = [_message(m, role_key, content_key, i) for i, m in enumerate(value)]
     check_messages(messages)
     return messages
+
+
+def _decoded(value: Any) -> Any:
+    """JSON text decoded; a JSON string holding JSON text once more (a .parquet column of conversations kept as
+    JSON strings reaches us as the JSON text of that string)."""
+    for _ in range(2):
+        if not isinstance(value, (str, bytes, bytearray)):
+            break
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            raise ChatError("not_a_conversation", f"not JSON: {e}") from e
+    return value
 
 
 def _message(m: Mapping, role_key: str, content_key: str, i: int) -> dict:
