@@ -1,13 +1,11 @@
 """DPO records as the common preference sets lay them out (issue #33): each gives the rows of the same pair in the
 canonical layout (prompt messages, chosen and rejected strings), byte for byte, through the whole job.
 
-| layout | record | flags |
-|---|---|---|
-| canonical | prompt (string or messages), chosen, rejected (strings) | --prompt_key prompt |
-| message lists (UltraFeedback's, with its prompt field or without) | chosen / rejected: messages ending with the assistant's | (none) |
-| HH-RLHF | chosen / rejected: "\\n\\nHuman: ...\\n\\nAssistant: ..." transcripts | (none) |
-| LLaMA-Factory | conversations (ShareGPT messages), chosen / rejected: one message object | --prompt_key conversations |
-| OpenAI | input: {messages}, preferred_output / non_preferred_output: [assistant message] | --prompt_key input --chosen_key preferred_output --rejected_key non_preferred_output |
+Layouts (README's table has the flags): plain prompt / chosen / rejected strings; message lists ending with the
+assistant's (UltraFeedback's); HH-RLHF transcripts ("\\n\\nHuman: ...
+\\n\\nAssistant: ..."); LLaMA-Factory's `conversations` with one message object per side
+(--prompt_key conversations); OpenAI's `input` / `preferred_output` / `non_preferred_output` (--prompt_key
+input --chosen_key preferred_output --rejected_key non_preferred_output).
 """
 
 from __future__ import annotations

@@ -45,7 +45,8 @@ CASES = {
     "tools": {"messages": [
         {"role": "user", "content": "Weather in Paris?"},
         {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "abcdefghi", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+            {"id": "abcdefghi", "type": "function",
+             "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
         {"role": "tool", "content": "sunny 21", "tool_call_id": "abcdefghi", "name": "get_weather"},
         {"role": "assistant", "content": "Sunny, 21 degrees."}], "tools": [WEATHER]},
     "reasoning": {"messages": [
@@ -54,7 +55,8 @@ CASES = {
         {"role": "user", "content": "3+3?"},
         {"role": "assistant", "content": "6.", "reasoning_content": "Three plus three is six."}]},
     "think_in_content": {"messages": [
-        {"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "<think>\nTwo plus two.\n</think>\n\n4."}]},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "<think>\nTwo plus two.\n</think>\n\n4."}]},
 }
 
 # template -> (tokenizer, {case: "ok" or the reason it is refused})
