@@ -6,6 +6,8 @@ import glob
 import json
 import os
 import shlex
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -228,3 +230,19 @@ def assert_verifies_without_a_tokenizer(out, capsys, mode: str, n: int) -> None:
     assert [line for line in lines if line.startswith("note: ")] == [
         "note: h5_dataset_stats.detokenized_chars/bytes not checked: the tokenizer could not be rebuilt (see below)",
         "note: tokenizer not rebuilt: no tokenizer_type in data_params.json and none given"]
+
+
+def popen_logged(argv: list, **kwargs) -> subprocess.Popen:
+    """A child process whose stderr goes to a temporary file (`stderr_text` reads it), never to a pipe: a pipe
+    nobody drains holds 64 KiB, and a child that writes more blocks for good (the storage emulator printing
+    tracebacks of dropped connections hung tests/test_gcs.py that way)."""
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, **kwargs)
+    proc.log = log
+    return proc
+
+
+def stderr_text(proc: subprocess.Popen) -> str:
+    """What a `popen_logged` process has written to stderr so far."""
+    proc.log.seek(0)
+    return proc.log.read().decode("utf-8", "replace")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import MULTI_PROCESSING, REFERENCE, RUNNER, require_shared, run_job
+from tests.helpers import MULTI_PROCESSING, REFERENCE, RUNNER, popen_logged, require_shared, run_job, stderr_text
 
 LM = REFERENCE / "inputs" / "lm"
 NEOX = REFERENCE / "tokenizer" / "tokenizer.json"
@@ -42,8 +42,7 @@ def _wait_until_up(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> N
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"gcp-storage-emulator exited with {proc.returncode}: "
-                               f"{proc.stderr.read().decode(errors='replace')[-2000:]}")
+            raise RuntimeError(f"gcp-storage-emulator exited with {proc.returncode}: {stderr_text(proc)[-2000:]}")
         try:
             with opener.open(f"{url}/storage/v1/b?project=test", timeout=1) as r:
                 if r.status == 200:
@@ -59,10 +58,8 @@ def emulator():
     pytest.importorskip("gcsfs", reason="gcsfs is not installed: pip install -e '.[gcp]'")
     pytest.importorskip("gcp_storage_emulator", reason=f"gcp-storage-emulator is not installed: {_INSTALL}")
     port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gcp_storage_emulator", "start", "--host=127.0.0.1", f"--port={port}",
-         "--in-memory", "--quiet"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = popen_logged([sys.executable, "-m", "gcp_storage_emulator", "start", "--host=127.0.0.1", f"--port={port}",
+                         "--in-memory", "--quiet"])
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_until_up(url, proc)

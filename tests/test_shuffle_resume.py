@@ -16,7 +16,8 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.helpers import MULTI_PROCESSING, REFERENCE, ROOT, RUNNER, SHARED, read_rows, require_shared, run_job
+from tests.helpers import (MULTI_PROCESSING, REFERENCE, ROOT, RUNNER, SHARED, popen_logged, read_rows, require_shared,
+                           run_job, stderr_text)
 
 NEOX = REFERENCE / "tokenizer" / "tokenizer.json"
 
@@ -84,8 +85,8 @@ def test_shuffled_output_is_byte_identical_across_runner_settings(corpus, tmp_pa
 
 
 def _start(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pipelines.create_hdf5_dataset", *args, *RUNNER], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    return popen_logged([sys.executable, "-m", "pipelines.create_hdf5_dataset", *args, *RUNNER], cwd=ROOT,
+                        start_new_session=True)
 
 
 def _complete_shard(path: str) -> bool:
@@ -105,7 +106,7 @@ def test_no_h5_appears_before_it_is_complete_and_params_come_last(corpus, tmp_pa
         if params_seen_with is None and (out / "data_params.json").exists():
             params_seen_with = {p for p in glob.glob(str(out / "*.h5"))}
         time.sleep(0.01)
-    assert proc.returncode == 0, proc.stderr.read().decode()
+    assert proc.returncode == 0, stderr_text(proc)
     final = set(glob.glob(str(out / "*.h5")))
     assert len(final) > 10 and seen <= final
     assert params_seen_with in (None, final)  # data_params.json never precedes a shard
@@ -115,7 +116,7 @@ def test_no_h5_appears_before_it_is_complete_and_params_come_last(corpus, tmp_pa
 def _kill_when(proc: subprocess.Popen, ready, timeout: float = 120.0) -> None:
     deadline = time.time() + timeout
     while not ready():
-        assert proc.poll() is None, "the job ended before the kill point: " + proc.stderr.read().decode()
+        assert proc.poll() is None, "the job ended before the kill point: " + stderr_text(proc)
         assert time.time() < deadline, "kill point never reached"
         time.sleep(0.005)
     os.killpg(proc.pid, signal.SIGKILL)  # the whole process tree, no clean-up

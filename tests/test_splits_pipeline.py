@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import MULTI_PROCESSING, REFERENCE, ROOT, RUNNER, SHARED, read_rows, require_shared, run_job
+from tests.helpers import (MULTI_PROCESSING, REFERENCE, ROOT, RUNNER, SHARED, popen_logged, read_rows, require_shared,
+                           run_job, stderr_text)
 from transforms.core.splits import fraction_bound, make_split_plan, parse_context_splits, parse_data_splits
 
 NEOX = REFERENCE / "tokenizer" / "tokenizer.json"
@@ -351,12 +352,12 @@ def test_kill_and_resume_gives_the_uninterrupted_bytes(corpus, tmp_path):
     args = ["--files_per_record", "100", "--shuffle", "True", "--packing_group_mb", "1"]
     run_job(_lm(corpus, tmp_path / "ref", *args))
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "pipelines.create_hdf5_dataset", *_lm(corpus, out, *args), *RUNNER],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    proc = popen_logged([sys.executable, "-m", "pipelines.create_hdf5_dataset", *_lm(corpus, out, *args), *RUNNER],
+                        cwd=ROOT, start_new_session=True)
     deadline = time.time() + 120
     # Two groups stored: each is its six outputs' shares and the job's rest (7 markers).
     while len(glob.glob(str(out / ".tmp" / "groups" / "*.json"))) < 14:
-        assert proc.poll() is None, "the job ended before the kill point: " + proc.stderr.read().decode()
+        assert proc.poll() is None, "the job ended before the kill point: " + stderr_text(proc)
         assert time.time() < deadline
         time.sleep(0.005)
     os.killpg(proc.pid, signal.SIGKILL)
