@@ -348,8 +348,8 @@ class ChatEncoder:
         messages = conversation.messages
         check_messages(messages)
         rendering = render_conversation(self.renderer, conversation, add_generation_prompt=add_generation_prompt)
-        spans = self._content_spans(messages, rendering, add_generation_prompt, conversation.tools)
         outputs = self._outputs(conversation, rendering.text)
+        spans = self._content_spans(messages, rendering, add_generation_prompt, conversation.tools, outputs)
         return rendering, spans, outputs
 
     def _tokenized(self, rendering: Rendering, spans: tuple, outputs: tuple, encoding) -> TokenizedChat:
@@ -412,11 +412,12 @@ class ChatEncoder:
     # ------------------------------------------------------------------ where the contents are
 
     def _content_spans(self, messages, rendering: Rendering, add_generation_prompt: bool,
-                       tools=None) -> tuple[tuple[int, int], ...]:
+                       tools=None, outputs: tuple = ()) -> tuple[tuple[int, int], ...]:
+        """`outputs`: `_outputs` of the same conversation, which every assistant message with tool calls has."""
         text = rendering.text
         n = len(messages)
-        # A tool call's message without text has no content to find: its (empty) place is where the generation
-        # prompt before it ends.
+        # A tool call's message without text has no content to find: its (empty) place is where its output
+        # begins, the end of the generation prompt before it.
         bare = {i for i, m in enumerate(messages) if m.get("tool_calls") and not (m.get("content") or "").strip()}
         marked = [m if i in bare else {**m, "content": _SENTINEL.format(i)} for i, m in enumerate(messages)]
         try:
@@ -439,27 +440,13 @@ class ChatEncoder:
                 missing = [i for i in range(n) if spans[i] is None and i not in bare]
                 if missing:
                     raise ChatError(*_not_rendered(messages, missing[0]))
-                return self._bare_spans(messages, bare, spans, text, tools)
+                return _with_bare(spans, bare, outputs)
             # The sentinels were written where the contents go, but the contents do not fill them: the template
             # changes what it writes of a content (a trim, Llama 3's; DeepSeek-R1's cut at </think>): search.
-            return self._bare_spans(messages, bare, self._search_spans(messages, text, order, pieces[0::2], bare,
-                                                                       rewritten=True), text, tools)
-        return self._bare_spans(messages, bare,
-                                self._search_spans(messages, text, [i for i in range(n) if i not in bare], None, bare),
-                                text, tools)
-
-    def _bare_spans(self, messages, bare: set, spans: list, text: str, tools) -> tuple[tuple[int, int], ...]:
-        """`spans` with the empty place of each bare tool-call message: the end of the conversation before it
-        rendered with the generation prompt, which must begin the whole text."""
-        spans = list(spans)
-        for i in sorted(bare):
-            before = self.renderer.render(messages[:i], add_generation_prompt=True, tools=tools).text if i else ""
-            if not text.startswith(before):
-                raise ChatError("tool_call_not_located", f"message {i} (assistant): the conversation before its tool "
-                                                         "calls, with the generation prompt, does not begin the "
-                                                         "whole rendering")
-            spans[i] = (len(before), len(before))
-        return tuple(spans)
+            return _with_bare(self._search_spans(messages, text, order, pieces[0::2], bare, rewritten=True), bare,
+                              outputs)
+        return _with_bare(self._search_spans(messages, text, [i for i in range(n) if i not in bare], None, bare),
+                          bare, outputs)
 
     @staticmethod
     def _search_spans(messages, text: str, order: list[int], scaffold: Optional[list[str]],
@@ -609,6 +596,14 @@ def _not_rendered(messages, i: int) -> tuple[str, str]:
         # the conversation: a conversation that ends with the assistant's turn has none.
         return "system_not_rendered", f"the template does not write message {i} (the system prompt)"
     return "content_not_found", f"the template does not write message {i} ({role})"
+
+
+def _with_bare(spans: list, bare: set, outputs: tuple) -> tuple[tuple[int, int], ...]:
+    """`spans` with the empty place of each bare tool-call message: where its output begins."""
+    spans = list(spans)
+    for i in bare:
+        spans[i] = (outputs[i][0], outputs[i][0])
+    return tuple(spans)
 
 
 def _conversation(messages, tools) -> "Conversation":
