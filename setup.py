@@ -46,5 +46,7 @@ setup(
         "report": ["matplotlib>=3.7"],
         "zlibng": ["zlib-ng>=0.5"],  # --compressor zlib-ng
     },
-    entry_points={"console_scripts": ["create_hdf5_dataset=pipelines.command:cli"]},
+    entry_points={"console_scripts": ["create_hdf5_dataset=pipelines.command:cli",
+                                      # Cerebras 2.10's name for the same job, for its --config form
+                                      "preprocess_data=pipelines.command:preprocess_data"]},
 )

@@ -7,7 +7,7 @@ imported.
 
 from pipelines import process
 
-__all__ = ["cli"]
+__all__ = ["cli", "preprocess_data"]
 
 
 def cli() -> None:
@@ -15,3 +15,17 @@ def cli() -> None:
     from pipelines.create_hdf5_dataset import cli as run_command
 
     run_command()
+
+
+def preprocess_data() -> None:
+    """Cerebras 2.10's command: `preprocess_data --config cfg.yaml`, the same job as
+    `create_hdf5_dataset --config cfg.yaml` (further flags and Beam options may follow)."""
+    import sys
+
+    argv = sys.argv[1:]
+    if not argv or not (argv[0] == "--config" or argv[0].startswith("--config=")):
+        print("usage: preprocess_data --config cfg.yaml [flags] [Beam options]\n"
+              "preprocess_data: error: --config is required (a Cerebras 2.10 preprocess_data config)",
+              file=sys.stderr)
+        raise SystemExit(2)
+    cli()

@@ -172,6 +172,11 @@ SETTINGS: tuple[Setting, ...] = (
     _s("content_key", "dataset", "str", "content", "key of a message's text (ShareGPT: value)", modes=CHAT_MODES),
     _s("train_on_all_assistant_turns", "dataset", "bool", True,
        "train on every assistant turn (False: only the last one)", modes=CONVERSATION_MODES),
+    _s("chat_loss_span", "dataset", "str", "turn",
+       "what an assistant turn trains: turn (its content with the whitespace around it, its end-of-turn token and "
+       "the whitespace after; a row ends with its last trained token) or content (Cerebras 2.10's: the content and "
+       "the end-of-turn token right after it; the template's text after the last turn stays, untrained; the default "
+       "for a 2.10 config)", modes=CONVERSATION_MODES),
     _s("truncate", "dataset", "str", None,
        "a conversation too long for a row: dropped (default), or cut: keep_start | keep_end of each turn",
        modes=CONVERSATION_MODES),
@@ -198,6 +203,11 @@ class Config:
     values: tuple  # sorted (name, value) pairs: hashable and picklable
     sources: tuple  # sorted (name, "cli" | "yaml" | "default")
     params_file: Optional[str] = None
+    # A Cerebras 2.10 config (--config): its YAML as JSON text, recorded in data_params.json; what the
+    # translation has to say (printed once, by main()); the read hook it names.
+    cerebras_config: Optional[str] = None
+    notices: tuple = ()
+    read_hook: Optional[str] = None
 
     def __getattr__(self, name):
         # Only called for names that are not real attributes.
@@ -235,6 +245,10 @@ class Config:
                 out[s.section][s.name] = self.as_dict()[s.name]
         if self.params_file:
             out["setup"]["params"] = self.params_file
+        if self.cerebras_config:
+            from pipelines.cerebras210 import merge_sections
+
+            out = merge_sections(out, json.loads(self.cerebras_config))
         return out
 
     def fingerprint(self, exclude: tuple = ("resume_from_checkpoint", "display_pbar", "overwrite_output",
@@ -243,6 +257,8 @@ class Config:
         """Hash of everything that determines the output bytes."""
         relevant = {k: v for k, v in self.values if k not in exclude}
         relevant["mode"] = self.mode
+        if self.read_hook:  # a 2.10 hook decides what is read (and whether texts are stripped)
+            relevant["read_hook"] = self.read_hook
         return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -254,7 +270,8 @@ def _add_argument(parser: argparse.ArgumentParser, s: Setting) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="create_hdf5_dataset",
-        description="Turn raw text corpora into training-ready HDF5 with Apache Beam. "
+        description="Turn raw text corpora into training-ready HDF5 with Apache Beam. A Cerebras 2.10 "
+        "preprocess_data config runs as: create_hdf5_dataset --config cfg.yaml [flags]. "
         "Beam pipeline options (--runner, --direct_num_workers, --project, ...) may follow.",
     )
     sub = parser.add_subparsers(dest="mode", required=True, metavar="{" + ",".join(MODES + tuple(TOOLS)) + "}")
@@ -347,18 +364,24 @@ def _coerce(s: Setting, raw: Any, origin: str) -> Any:
     raise AssertionError(s.type)
 
 
-def _read_yaml(path: str) -> dict:
+def _read_yaml(path: str, flag: str = "--params") -> dict:
     import fsspec
 
     try:
         with fsspec.open(path, "r") as f:
             data = yaml.safe_load(f) or {}
     except FileNotFoundError:
-        raise ConfigError(f"--params: file not found: {path}") from None
+        raise ConfigError(f"{flag}: file not found: {path}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"--params: {path} is not valid YAML: {e}") from None
+        raise ConfigError(f"{flag}: {path} is not valid YAML: {e}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"--params: {path} must hold a mapping with setup/processing/dataset sections")
+        raise ConfigError(f"{flag}: {path} must hold a mapping with setup/processing/dataset sections")
+    if flag == "--params":
+        from pipelines.cerebras210 import is_210_config
+
+        if is_210_config(data):
+            raise ConfigError(f"--params: {path} is a Cerebras 2.10 config (setup.mode {data['setup']['mode']}): "
+                              f"run it as create_hdf5_dataset --config {path}")
     return data
 
 
@@ -397,13 +420,46 @@ def _flatten_yaml(data: dict, mode: str, path: str) -> dict:
     return flat
 
 
+def _config_file(argv: list[str]) -> Optional[tuple[str, list[str]]]:
+    """(path, the other arguments) when the command is `--config FILE ...` (Cerebras 2.10's form)."""
+    if argv and argv[0] == "--config":
+        if len(argv) < 2:
+            raise ConfigError("--config: expected a YAML file")
+        return argv[1], argv[2:]
+    if argv and argv[0].startswith("--config="):
+        return argv[0].split("=", 1)[1], argv[1:]
+    return None
+
+
 def load_config(argv: list[str]) -> tuple[Config, list[str]]:
-    """Parse our flags and YAML; return the config and the arguments left for Beam."""
+    """Parse our flags and YAML; return the config and the arguments left for Beam.
+
+    `MODE [--params FILE] [flags]` is this tool's form (2.1.1's); `--config FILE [flags]` reads a Cerebras
+    2.10 config (pipelines.cerebras210), whose mode comes from the file. Flags override the file either way.
+    """
+    given = _config_file(argv)
+    translated = None
+    if given is not None:
+        from pipelines.cerebras210 import raw_json, translate
+
+        path, argv = given
+        translated = translate(_read_yaml(path, "--config"), path)
+        argv = [translated.mode, *argv]
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     mode = args.mode
     cli = {k: v for k, v in vars(args).items() if k not in ("mode", "params") and v is not None}
-    yaml_values = _flatten_yaml(_read_yaml(args.params), mode, args.params) if args.params else {}
+    if translated is not None:
+        if args.params:
+            raise ConfigError("--config and --params: give one settings file")
+        yaml_values, defaults = translated.values, translated.defaults
+        unused = sorted(k for k in yaml_values if mode not in _BY_NAME[k].modes)
+        if unused:
+            translated = dataclasses.replace(translated, notices=translated.notices + (
+                f"{', '.join(unused)}: not read by {mode}: ignored",))
+    else:
+        yaml_values = _flatten_yaml(_read_yaml(args.params), mode, args.params) if args.params else {}
+        defaults = {}
 
     values, sources = {}, {}
     for s in SETTINGS:
@@ -414,10 +470,13 @@ def load_config(argv: list[str]) -> tuple[Config, list[str]]:
         elif s.name in yaml_values:
             values[s.name], sources[s.name] = _coerce(s, yaml_values[s.name], "YAML"), "yaml"
         else:
-            values[s.name], sources[s.name] = s.default, "default"
+            values[s.name], sources[s.name] = _coerce(s, defaults.get(s.name, s.default), "default"), "default"
     _validate(mode, values, sources)
+    extra = {"params_file": args.params} if translated is None else dict(
+        params_file=path, cerebras_config=raw_json(translated.raw), notices=translated.notices,
+        read_hook=translated.hook)
     config = Config(mode=mode, values=tuple(sorted(values.items())), sources=tuple(sorted(sources.items())),
-                    params_file=args.params)
+                    **extra)
     return config, rest
 
 
@@ -477,6 +536,8 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
         _require(False, "jsonl_key and dataset.keys are both set: choose one")
     if mode in CHAT_MODES:
         _require(not v["keys"], f"dataset.keys does not apply to {mode}: use messages_key, chosen_key, ...")
+        _require(v.get("chat_loss_span") in (None, "turn", "content"),
+                 f"chat_loss_span: {v.get('chat_loss_span')!r} is not one of turn, content")
         _require(v.get("truncate") in (None, "keep_start", "keep_end"),
                  f"truncate: {v.get('truncate')!r} is not one of keep_start, keep_end")
         _require(v.get("max_prompt_length") is None or v["max_prompt_length"] >= 1, "max_prompt_length: must be >= 1")

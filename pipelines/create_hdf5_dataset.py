@@ -33,7 +33,7 @@ from pipelines import process
 from pipelines.config import (CHAT_MODES, DPO, FIM, LMDATA, SUMMARIZATION, SUMMARIZATION_MODES,
                               SUMMARIZATION_VSL, TOOLS, VSL_MODES, Config, ConfigError, job_max_seq_lengths,
                               load_config)
-from pipelines.job_tokenizer import tokenizer_files
+from pipelines.job_tokenizer import chat_template_setting, tokenizer_files
 from transforms.core.chat.batch import ChatConfig, RecordCheck
 from transforms.core.features import DPO_FEATURES, LM_FEATURES, VSL_FEATURES
 from transforms.core.fim import FimConfig, make_fim_config
@@ -49,6 +49,7 @@ from transforms.io.discover import discover_input_files
 from transforms.io.compressors import Codec
 from transforms.io.hdf5_format import GZIP_LEVEL
 from transforms.io.hdf5_sink import EncodeRows, RowFormat, WriteHdf5Shards
+from transforms.io.hooks import HookSpec, hook_source, parse_hook_spec
 from transforms.io.intermediate import STORED, SkipStoredGroups, StoreGroups
 from transforms.io.job_progress import FlinkRestMetrics, JobProgress, live_metrics
 from transforms.io.dead_letters import DEAD_LETTER_DIR, WriteDeadLetters
@@ -66,6 +67,9 @@ from transforms.stages.tokenize import TokenizeDocuments
 from transforms.stages.vsl import PackDocumentsVsl
 
 __all__ = ["main", "build", "plan_job", "runner_plan", "JobPlan", "UserError"]
+
+
+HOOK_FILE = "hook.py"  # where 2.10 saves its read hook's source, under the output directory
 
 
 class UserError(Exception):
@@ -111,6 +115,7 @@ class JobPlan:
     fan_out_bytes: Optional[int] = None  # files read in order and larger than this hand their groups on; None: never
     process_cpus: Optional[int] = None  # cores one worker process may use; None: all of this machine's
     splits: Optional[SplitPlan] = None  # several datasets under output_dir (subsets, splits, lengths); None: one
+    hook: Optional[HookSpec] = None  # a Cerebras 2.10 config's read hook (its source is saved as OUT/hook.py)
 
     @property
     def features(self) -> tuple:
@@ -345,6 +350,10 @@ def plan_job(config: Config) -> JobPlan:
     sections = config.sections()
     sections["processing"]["eos_id"] = config.eos_id
     sections["processing"]["pad_id"] = config.pad_id
+    if config.cerebras_config:  # where 2.10 records the ids its tokenizer resolved (update_args), and tools read them
+        sections["processing"].update(eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id, vocab_size=tokenizer.vocab_size)
+    if config.mode in CHAT_MODES:  # what the job used (a 2.10 config may get ChatML): verify rebuilds from it
+        sections["processing"]["chat_template"] = chat_template_setting(config, tok_files)
     # Chat modes render and encode each conversation with offsets, which only tokenizers gives.
     encoder = {"encoder": "tokenizers"} if config.mode in CHAT_MODES else {
         "encoder": tokenizer.encoder_name, **({"encoder_note": tokenizer.encoder_note} if tokenizer.encoder_note else {})}
@@ -370,7 +379,7 @@ def plan_job(config: Config) -> JobPlan:
         join_keys=config.mode not in SUMMARIZATION_MODES + CHAT_MODES,
         group_bytes=config.packing_group_mb << 20,
         max_record_bytes=config.max_record_mb << 20,
-        normalize=NormalizeConfig(config.use_ftfy, config.ftfy_normalizer, config.wikitext_detokenize),
+        normalize=_normalize_config(config),
         tokenizer_files=tok_files,
         split_len=config.chunk_len_to_split if getattr(config, "split_text_to_tokenize", False) else None,
         remove_bos_in_chunks=bool(getattr(config, "remove_bos_in_chunks", False)),
@@ -401,7 +410,24 @@ def plan_job(config: Config) -> JobPlan:
         codec=codec,
         resume=config.resume_from_checkpoint,
         splits=splits,
+        hook=_hook_spec(config),
     )
+
+
+def _hook_spec(config: Config) -> Optional[HookSpec]:
+    if config.read_hook is None:
+        return None
+    try:
+        return parse_hook_spec(config.read_hook)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def _normalize_config(config: Config) -> NormalizeConfig:
+    from pipelines.cerebras210 import hook_strips
+
+    return NormalizeConfig(config.use_ftfy, config.ftfy_normalizer, config.wikitext_detokenize,
+                           strip=hook_strips(config.read_hook))
 
 
 def _subsets(config: Config, relpaths: list[str]) -> tuple:
@@ -446,8 +472,9 @@ def _chat_config(config: Config, files: TokenizerFiles, tokenizer) -> ChatConfig
     from transforms.core.chat.template import ChatError, ChatRenderer, probe_template, renders_tool_calls, \
         template_tokens
 
+    flag = chat_template_setting(config, files)
     try:
-        template = read_chat_template(config.chat_template, files)
+        template = read_chat_template(flag, files)
     except (FileNotFoundError, ValueError, OSError) as e:
         raise UserError(f"chat template: {e}") from None
     if files.tokenizer_config is not None:
@@ -460,7 +487,7 @@ def _chat_config(config: Config, files: TokenizerFiles, tokenizer) -> ChatConfig
         renderer = ChatRenderer(template, tokens)
     except ChatError as e:
         raise UserError(f"chat template: {e.detail or e.reason}") from None
-    where = config.chat_template or f"the tokenizer's ({files.name})"
+    where = "dataset.chat_template" if flag and "{" in flag else flag or f"the tokenizer's ({files.name})"
     problem = probe_template(renderer)
     if problem is not None:
         raise UserError(f"chat template {where}: {problem}")
@@ -472,11 +499,12 @@ def _chat_config(config: Config, files: TokenizerFiles, tokenizer) -> ChatConfig
     return ChatConfig(
         mode=config.mode, max_seq_length=config.max_seq_length, pad_id=tokenizer.pad_id, template=template,
         template_tokens=tuple(sorted(tokens.items())), role_key=config.role_key, content_key=config.content_key,
-        normalize=NormalizeConfig(config.use_ftfy, config.ftfy_normalizer, config.wikitext_detokenize),
+        normalize=_normalize_config(config),
         min_sequence_len=config.min_sequence_len, inverted_mask=config.inverted_mask,
         train_on_all_assistant_turns=bool(getattr(config, "train_on_all_assistant_turns", True)),
         truncate=getattr(config, "truncate", None), max_prompt_length=int(getattr(config, "max_prompt_length", 512)),
-        pack_sequences=config.pack_sequences)
+        pack_sequences=config.pack_sequences,
+        loss_span=getattr(config, "chat_loss_span", "turn"))
 
 
 def _check_dtypes(config: Config, vocab_size: int) -> None:
@@ -699,6 +727,8 @@ def launch(config: Config, beam_args: list[str], plan_changes: Optional[dict] = 
         _check_output_dir(config, plan)
         fs.makedirs(config.output_dir)
         _claim_output_dir(config)
+        if plan.hook is not None:  # as 2.10 does: what read the records, beside what they became
+            fs.write_text_atomic(fs.join(config.output_dir, HOOK_FILE), hook_source(plan.hook))
     if (config.display_pbar and sys.stderr.isatty() and local and not dry_run
             and options.view_as(DirectOptions).direct_running_mode != "multi_processing"):
         # The bar follows the input's bytes tokenized, in this process (the in-memory runner's workers).
@@ -805,6 +835,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     process.configure_logging()
     try:
         config, beam_args = load_config(argv)
+        for notice in config.notices:
+            print(f"create_hdf5_dataset: {config.params_file}: {notice}", file=sys.stderr)
         params = run(config, beam_args)
     except (ConfigError, UserError) as e:
         print(f"create_hdf5_dataset: error: {e}", file=sys.stderr)

@@ -10,23 +10,40 @@ and settings) or waits for it under its lock.
 """
 
 from pipelines.config import CHAT_MODES, SUMMARIZATION_MODES, Config
-from transforms.core.chat.template import CHATML_TOKENS
+from transforms.core.chat.template import CHATML_TOKENS, template_from_config
 from transforms.core.detok import DetokCounter
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.io.tokenizer_files import read_tokenizer_files
 
-__all__ = ["tokenizer_files", "warm"]
+__all__ = ["chat_template_setting", "tokenizer_files", "warm"]
 
 
 def tokenizer_files(config: Config) -> TokenizerFiles:
     """The tokenizer's files and settings; FileNotFoundError, ValueError or OSError name what is wrong."""
+    files = _read(config, getattr(config, "chat_template", None))
+    if config.mode in CHAT_MODES and config.chat_template is None and config.cerebras_config:
+        if template_from_config(files.tokenizer_config or {}) is None:
+            files = _read(config, "chatml")  # see chat_template_setting
+    return files
+
+
+def chat_template_setting(config: Config, files: TokenizerFiles):
+    """The chat template the job uses: --chat_template as given, except for a Cerebras 2.10 config whose
+    tokenizer has no template of its own: 2.10 renders those with ChatML [B/utils.py:1690-1702], so "chatml"."""
+    if config.chat_template is None and config.cerebras_config and \
+            template_from_config(files.tokenizer_config or {}) is None:
+        return "chatml"
+    return config.chat_template
+
+
+def _read(config: Config, chat_template) -> TokenizerFiles:
     return read_tokenizer_files(
         config.tokenizer_type, vocab_file=config.vocab_file, encoder_file=config.encoder_file,
         huggingface_tokenizer=config.huggingface_tokenizer, eos_id=config.eos_id, pad_id=config.pad_id,
         sep_token=config.sep_token if config.mode in SUMMARIZATION_MODES else None,
         backend=config.tokenizer_backend, check_share=config.tokenizer_cross_check, check_seed=config.seed,
         # ChatML's markers must be tokens for its turns to end in one: added where the vocabulary lacks them.
-        extra_special_tokens=CHATML_TOKENS if getattr(config, "chat_template", None) == "chatml" else ())
+        extra_special_tokens=CHATML_TOKENS if chat_template == "chatml" else ())
 
 
 def warm(config: Config) -> None:

@@ -21,10 +21,12 @@ class NormalizeConfig:
     use_ftfy: bool = False
     ftfy_normalizer: Optional[str] = "NFC"
     wikitext_detokenize: bool = False
+    # Cerebras 2.10's text_read_hook and chat_read_hook strip each text before anything else sees it.
+    strip: bool = False
 
     @property
     def is_identity(self) -> bool:
-        return not self.use_ftfy and not self.wikitext_detokenize
+        return not self.use_ftfy and not self.wikitext_detokenize and not self.strip
 
 
 _SLASH_QUOTE_DIGIT = re.compile(r"/' [0-9]/")
@@ -86,6 +88,8 @@ def wikitext_detokenize(text: str) -> str:
 
 
 def normalize_text(text: str, config: NormalizeConfig) -> str:
+    if config.strip:
+        text = text.strip()
     if config.use_ftfy:
         # Equal to ftfy.fix_text, but ftfy only runs on the segments it could change.
         text = fast_ftfy.fix_text(text, config.ftfy_normalizer)

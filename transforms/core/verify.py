@@ -78,6 +78,7 @@ LMDATA_VSL, SUMMARIZATION_VSL = "LMData_VSL", "Summarization_VSL"
 CHAT, CHAT_VSL, DPO = "Chat", "Chat_VSL", "DPO"
 VSL_MODES = (LMDATA_VSL, SUMMARIZATION_VSL, CHAT_VSL)
 _MODES = (LMDATA, SUMMARIZATION, FIM, CHAT, DPO) + VSL_MODES
+_MODES_210 = ("pretraining", "finetuning", "dpo", "nlg", "custom", "embedding_training", "embedding_generation")
 DPO_SIDES = ("chosen", "rejected")  # the sequences of a DPO row, features 0-2 and 3-5
 OURS, REFERENCE = "create_hdf5_dataset", "reference"
 _PROCESSORS = {"LMDataPreprocessor": LMDATA, "SummarizationPreprocessor": SUMMARIZATION,
@@ -101,6 +102,9 @@ class DatasetSpec:
     eos_id: Optional[int] = None
     pad_id: Optional[int] = None
     features: Optional[tuple] = None  # data_params.json's `features`; None: the mode's (see feature_names)
+    # Chat: "turn" (ours): a row's real part ends with its last trained position; "content" (Cerebras 2.10's
+    # loss span): the template's text after the last turn follows, untrained.
+    chat_loss_span: str = "turn"
 
     @property
     def loss_value(self) -> int:
@@ -160,8 +164,11 @@ def dataset_spec(params: Optional[Mapping]) -> tuple[DatasetSpec, list[str]]:
     processing = params.get("processing") or {}
     dataset = params.get("dataset") or {}
     post = params.get("post-process") or {}
-    producer = OURS if "mode" in setup else REFERENCE
-    mode = setup.get("mode") or _PROCESSORS.get(setup.get("dataset_processor"))
+    # Ours name both; 2.1.1 names only the processor, 2.10 only its own mode (pretraining, ...). A job run from
+    # a 2.10 config keeps 2.10's setup.mode, and its processor says which of our modes made it.
+    written_by_210 = setup.get("mode") in _MODES_210 and "dataset_processor" not in setup
+    producer = OURS if "mode" in setup and not written_by_210 else REFERENCE
+    mode = setup.get("mode") if setup.get("mode") in _MODES else _PROCESSORS.get(setup.get("dataset_processor"))
     if mode not in _MODES:
         notes.append(f"data_params.json names no known mode ({setup.get('mode') or setup.get('dataset_processor')!r}): "
                      "mode-specific row checks are skipped")
@@ -188,6 +195,7 @@ def dataset_spec(params: Optional[Mapping]) -> tuple[DatasetSpec, list[str]]:
         eos_id=_int_or_none(post.get("eos_id")),
         pad_id=_int_or_none(post.get("pad_id")),
         features=features,
+        chat_loss_span=str(dataset.get("chat_loss_span") or "turn"),
     )
     return spec, notes
 
@@ -469,6 +477,10 @@ class RowChecker:
             self._add_pad("attention_mask", loss & padlike, rows[:, ATTENTION_MASK, :], where, 1 - spec.loss_value)
             loss = loss & ~padlike
         end = _loss_end(loss)
+        if spec.chat_loss_span != "turn" and pad is not None:  # untrained template text may follow the last turn
+            labelled = lab != pad
+            last = msl - np.argmax(labelled[:, ::-1], axis=1)
+            end = np.maximum(end, np.where(labelled.any(axis=1), last, 0))
         real = idx < end[:, None]
         # Labels are the next input inside the real part (the last real label is the conversation's last token).
         shifted = np.zeros((n, msl), dtype=bool)

@@ -98,12 +98,14 @@ def _with_template_file(config: Optional[dict], template: Optional[str]) -> Opti
 
 
 def read_chat_template(flag: Optional[str], files: TokenizerFiles) -> str:
-    """The chat template's text: --chat_template chatml, or a template file (local or a URL), or the
-    Hugging Face tokenizer's own; ValueError when there is none, before any data is read."""
+    """The chat template's text: --chat_template chatml, or a template file (local or a URL), or the template
+    itself, or the Hugging Face tokenizer's own; ValueError when there is none, before any data is read."""
     from transforms.core.chat.template import CHATML, template_from_config
 
     if flag == "chatml":
         return CHATML
+    if flag and ("{{" in flag or "{%" in flag):
+        return flag  # the template itself (Cerebras 2.10's dataset.chat_template holds the text, not a path)
     if flag:
         return _read_text(flag, "--chat_template")
     template = template_from_config(files.tokenizer_config or {})

@@ -33,10 +33,10 @@ class _EncodeConversationsFn(beam.DoFn):
     def setup(self):
         limit_native_threads(self._process_cpus)
         tokenizer = shared_tokenizer(self._files.load())
-        # Every part's config has the same template: only the lengths differ.
+        # Every part's config has the same template and loss span: only the lengths differ.
         first = self._config.values[0] if isinstance(self._config, PerPart) else self._config
         renderer = ChatRenderer(first.template, dict(first.template_tokens))
-        self._encoder = ChatEncoder(renderer, tokenizer.backend)
+        self._encoder = ChatEncoder(renderer, tokenizer.backend, loss_span=first.loss_span)
 
     def process(self, batch):
         started = time.perf_counter()

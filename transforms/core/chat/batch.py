@@ -51,6 +51,7 @@ class ChatConfig:
     truncate: Optional[str] = None  # keep_start | keep_end; None: a conversation too long is dropped
     max_prompt_length: int = 512  # DPO
     pack_sequences: bool = True  # Chat_VSL
+    loss_span: str = "turn"  # what an assistant turn trains (encode.LOSS_SPANS): ours, or "content" (2.10's)
 
     @property
     def dpo(self) -> bool:
@@ -154,7 +155,8 @@ def _fit(encoded, cfg: ChatConfig) -> tuple[Optional[EncodedChat], Optional[str]
     if isinstance(encoded, ChatError):
         return None, encoded.reason
     try:
-        encoded = _to_last_trained(encoded)
+        if cfg.loss_span == "turn":  # 2.10 keeps the template's text after the last turn (an untrained label)
+            encoded = _to_last_trained(encoded)
         if len(encoded) > cfg.max_seq_length + 1:
             encoded = truncate(encoded, limit=cfg.max_seq_length + 1, mode=cfg.truncate)
     except ChatError as e:

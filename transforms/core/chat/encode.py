@@ -85,8 +85,15 @@ import tokenizers
 
 from transforms.core.chat.template import ChatError, ChatRenderer, Rendering
 
-__all__ = ["ROLES", "ChatEncoder", "Conversation", "EncodedChat", "TokenizedChat", "Turn", "check_messages",
+__all__ = ["CONTENT", "LOSS_SPANS", "ROLES", "TURN", "ChatEncoder", "Conversation", "EncodedChat", "TokenizedChat",
+           "Turn", "check_messages",
            "parse_chat", "parse_conversation", "normalize_role", "render_conversation"]
+
+# What an assistant turn trains (the rule above): TURN, ours; CONTENT, Cerebras 2.10's (MODES.md §B2.2): the
+# content and the end-of-turn special token right after it, not the whitespace around them (ChatML:
+# `<|im_start|>assistant\n` + [content `<|im_end|>`] + `\n`), and never the template's generation blocks.
+TURN, CONTENT = "turn", "content"
+LOSS_SPANS = (TURN, CONTENT)
 
 # Role names found in chat datasets -> the four roles templates know.
 ROLES = {
@@ -288,11 +295,15 @@ class ChatEncoder:
     """
 
     def __init__(self, renderer: ChatRenderer, backend: tokenizers.Tokenizer, *,
-                 generation_markers: bool = True) -> None:
+                 generation_markers: bool = True, loss_span: str = TURN) -> None:
+        if loss_span not in LOSS_SPANS:
+            raise ValueError(f"loss_span: expected one of {', '.join(LOSS_SPANS)}, got {loss_span!r}")
         self.renderer = renderer
         self.backend = backend
         self.generation_markers = generation_markers
-        self.uses_markers = generation_markers and renderer.has_generation
+        self.loss_span = loss_span
+        # Cerebras 2.10 never reads generation blocks: its span is the content's, whatever the template marks.
+        self.uses_markers = generation_markers and renderer.has_generation and loss_span == TURN
         special = {i: t.content for i, t in backend.get_added_tokens_decoder().items() if t.special}
         self._special = special
         self._special_ids = np.array(sorted(special), dtype=np.int64)
@@ -305,7 +316,7 @@ class ChatEncoder:
         return f"ChatEncoder({self.renderer!r}, markers={self.uses_markers}, {len(self._special)} special tokens)"
 
     def __reduce__(self):
-        return (_encoder, (self.renderer, self.backend, self.generation_markers))
+        return (_encoder, (self.renderer, self.backend, self.generation_markers, self.loss_span))
 
     # ------------------------------------------------------------------ public
 
@@ -404,9 +415,10 @@ class ChatEncoder:
         a, b = span
         if output is not None:
             a = min(a, output[0])
-        while a > limits[0] and text[a - 1].isspace():
+        content = self.loss_span == CONTENT
+        while not content and a > limits[0] and text[a - 1].isspace():
             a -= 1
-        stop = self._turn_end(text, b, limits[1])
+        stop = self._turn_end(text, b, limits[1], trailing=not content)
         return a, stop if output is None else max(stop, output[1])
 
     # ------------------------------------------------------------------ where the contents are
@@ -548,16 +560,19 @@ class ChatEncoder:
 
     # ------------------------------------------------------------------ turns
 
-    def _turn_end(self, text: str, b: int, n: int) -> int:
-        """After a content ending at b: the whitespace, then a special token and the whitespace after it (up to n)."""
+    def _turn_end(self, text: str, b: int, n: int, trailing: bool = True) -> int:
+        """After a content ending at b: the whitespace, then a special token and (`trailing`) the whitespace
+        after it (up to n). Without a special token there, the content's end (`trailing`: and its whitespace)."""
+        end = b
         while b < n and text[b].isspace():
             b += 1
         m = self._special_re.match(text, b, n) if self._special_re is not None else None
         if m:
             b = m.end()
-            while b < n and text[b].isspace():
+            while trailing and b < n and text[b].isspace():
                 b += 1
-        return b
+            return b
+        return b if trailing else end
 
     def _turns(self, messages, tok: TokenizedChat) -> tuple[Turn, ...]:
         starts, ends = tok.offsets[:, 0], tok.offsets[:, 1]
@@ -619,8 +634,9 @@ def _neighbours(spans, size: int) -> list[tuple[int, int]]:
     return limits
 
 
-def _encoder(renderer: ChatRenderer, backend: tokenizers.Tokenizer, generation_markers: bool) -> ChatEncoder:
-    return ChatEncoder(renderer, backend, generation_markers=generation_markers)
+def _encoder(renderer: ChatRenderer, backend: tokenizers.Tokenizer, generation_markers: bool,
+             loss_span: str = "turn") -> ChatEncoder:
+    return ChatEncoder(renderer, backend, generation_markers=generation_markers, loss_span=loss_span)
 
 
 def _overlap_mask(char_spans, offsets: np.ndarray) -> np.ndarray:

@@ -1,0 +1,436 @@
+"""Cerebras Model Zoo 2.10's `preprocess_data.py --config cfg.yaml`, read as it is.
+
+A 2.10 config names a *mode* (pretraining, finetuning, dpo, nlg), a *read
+hook* with its kwargs, and settings in three sections. This module turns it
+into the same (mode, settings) a `create_hdf5_dataset MODE --params` job
+has, so a 2.10 job runs through exactly the pipeline, checks and statistics
+of ours; nothing below the command knows which interface was used.
+
+What is kept from 2.10, and why:
+- The section rules of 2.10's `update_params`: a key 2.10 knows, placed in
+  another section, is an error with 2.10's message; a key nobody knows is
+  tolerated, as in 2.10, but warned about by name (2.10 is silent, and a
+  misspelt key is the most common way a setting is lost).
+- 2.10's defaults where they differ from 2.1.1's: `use_ftfy` True,
+  `output_dir` ./output, and ChatML when the tokenizer has no chat template.
+- The built-in hooks by their import paths and short names; each decides the
+  mode's row builder and the record keys (see HOOK_MODES).
+
+What is refused before any data is read, naming the key: multimodal,
+embedding, MLM/BERT and custom token generators, and settings whose meaning
+this tool does not implement yet. Keys that only tune 2.10's own machinery
+(read/write chunk sizes, RAM share) are accepted and have no effect: the
+notices say so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Optional
+
+from pipelines.config import SETTINGS, ConfigError  # config.py imports this module only inside load_config
+from transforms.core.hooks210 import BUILTIN_HOOKS
+from transforms.io.hooks import parse_hook_spec
+
+__all__ = ["CerebrasConfig", "translate", "HOOK_PREFIX", "SUPPORTED_HOOKS", "hook_name", "hook_strips",
+           "is_210_config", "merge_sections", "raw_json"]
+
+# 2.10's update_params: the keys each section may hold [B/utils.py:285-395].
+SETUP_KEYS = ("data", "metadata_files", "output_dir", "image_dir", "processes", "mode")
+PROCESSING_KEYS = (
+    "custom_tokenizer", "huggingface_tokenizer", "tokenizer_params", "eos_id", "pad_id", "max_seq_length",
+    "min_sequence_len", "input_ids_dtype", "input_mask_dtype", "inverted_mask", "use_ftfy", "ftfy_normalizer",
+    "wikitext_detokenize", "short_seq_prob", "write_in_batch", "resume_from_checkpoint", "seed", "read_chunk_size",
+    "write_chunk_size", "shuffle", "shuffle_seed", "fraction_of_RAM_alloted", "read_hook", "read_hook_kwargs",
+    "semantic_drop_mask", "semantic_loss_weight", "semantic_attention_mask")
+DATASET_KEYS = (
+    "use_vsl", "truncate_to_msl", "max_prompt_length", "is_multimodal", "training_objective", "pack_sequences",
+    "sep_token", "fim_rate", "spm_rate", "fim_prefix_tok", "fim_middle_tok", "fim_suffix_tok", "fold_long_doc",
+    "split_text_to_tokenize", "chunk_len_to_split", "remove_bos_in_chunks", "user_role", "assistant_role",
+    "chat_template", "respose_delimiter", "num_patches", "mlm_fraction", "mlm_with_gather", "ignore_index",
+    "excluded_tokens", "max_num_img")
+_SECTIONS = {"setup": SETUP_KEYS, "processing": PROCESSING_KEYS, "dataset": DATASET_KEYS}
+# Keys outside those lists that 2.10's code still reads (its shipped configs carry them).
+_ALSO_READ = {
+    "setup": ("data_splits", "context_splits", "data_splits_dir", "token_generator"),
+    "processing": ("UNSAFE_skip_jsonl_decoding_errors", "end_of_turn_token"),
+    "dataset": ("response_delimiter", "image_token", "register_special_image_token", "use_single_image_token"),
+}
+
+HOOK_PREFIX = "cerebras.modelzoo.data_preparation.data_preprocessing.hooks:"
+# Built-in hook -> (the 2.10 modes it serves, its kwargs: required, optional).
+SUPPORTED_HOOKS = {
+    "text_read_hook": (("pretraining",), ("text_key",), ()),
+    "prompt_completion_text_read_hook": (("finetuning",), ("prompt_key", "completion_key"), ()),
+    "chat_read_hook": (("finetuning",), ("multi_turn_key", "multi_turn_role_key", "multi_turn_content_key"),
+                       ("has_system_prompt",)),
+    "dpo_read_hook": (("dpo",), ("chosen_key", "rejected_key"), ("prompt_key", "assistant_role")),
+    "nlg_read_hook": (("nlg",), ("context_key", "completion_key"), ()),
+}
+# Built-in hooks that exist in 2.10 and that this tool does not run yet.
+_NOT_YET_HOOKS = {"prompt_completion_chat_read_hook": "its prompt/completion pairs rendered as chat"}
+_MODES = ("pretraining", "finetuning", "dpo", "nlg")
+_REFUSED_MODES = {"custom": "custom token generators (setup.token_generator)",
+                  "embedding_training": "embedding models", "embedding_generation": "embedding models"}
+# Settings refused when present with a value that asks for something not supported: key -> what it is.
+_REFUSED = {
+    ("setup", "image_dir"): "multimodal data", ("setup", "token_generator"): "custom token generators",
+    ("dataset", "num_patches"): "multimodal data", ("dataset", "max_num_img"): "multimodal data",
+    ("dataset", "image_token"): "multimodal data", ("dataset", "register_special_image_token"): "multimodal data",
+    ("dataset", "use_single_image_token"): "multimodal data",
+    ("dataset", "mlm_fraction"): "MLM (bert_pretraining)", ("dataset", "mlm_with_gather"): "MLM (bert_pretraining)",
+    ("dataset", "ignore_index"): "MLM (bert_pretraining)", ("dataset", "excluded_tokens"): "MLM (bert_pretraining)",
+    ("processing", "semantic_drop_mask"): "semantic region settings (coming with user read hooks)",
+    ("processing", "semantic_loss_weight"): "semantic region settings (coming with user read hooks)",
+    ("processing", "semantic_attention_mask"): "semantic region settings (coming with user read hooks)",
+}
+# 2.10 keys with the same name and meaning here.
+_SAME = {
+    "setup": ("output_dir", "processes", "metadata_files", "data_splits", "context_splits"),
+    "processing": ("eos_id", "pad_id", "max_seq_length", "min_sequence_len", "input_ids_dtype", "input_mask_dtype",
+                   "inverted_mask", "use_ftfy", "ftfy_normalizer", "wikitext_detokenize", "short_seq_prob",
+                   "write_in_batch", "resume_from_checkpoint", "seed", "shuffle", "shuffle_seed"),
+    "dataset": ("pack_sequences", "fim_rate", "spm_rate", "fim_prefix_tok", "fim_middle_tok", "fim_suffix_tok",
+                "fold_long_doc", "split_text_to_tokenize", "chunk_len_to_split", "remove_bos_in_chunks",
+                "max_prompt_length"),
+}
+# Accepted with no effect here, and why (said once per job).
+_NO_EFFECT = {
+    "read_chunk_size": "records are read in packing groups of packing_group_mb",
+    "write_chunk_size": "file sizes follow files_per_record",
+    "fraction_of_RAM_alloted": "memory is bounded by the pipeline's design",
+    "UNSAFE_skip_jsonl_decoding_errors": "a line that is not valid JSON always goes to the dead letters",
+    "data_splits_dir": "splits are made in one job, without a copy of the raw records",
+}
+_OURS = {s.name for s in SETTINGS}
+# 2.10's defaults that differ from ours [B/pretraining_token_generator.py:60-87].
+# chat_loss_span: what 2.10 trains of an assistant turn (its content and end-of-turn token), so that a 2.10
+# chat config's rows are 2.10's (tests/test_cerebras210_golden.py).
+DEFAULTS_210 = {"use_ftfy": True, "ftfy_normalizer": "NFC", "output_dir": "./output", "chat_loss_span": "content"}
+
+
+@dataclasses.dataclass(frozen=True)
+class CerebrasConfig:
+    """A 2.10 config, translated: our mode, our settings, and what the user should know."""
+
+    mode: str  # one of pipelines.config.MODES
+    values: dict  # our setting name -> value (YAML-typed, coerced by pipelines.config)
+    defaults: dict  # 2.10's defaults where they differ from ours, for settings the file leaves out
+    raw: dict  # the YAML as read: recorded in data_params.json under setup / processing / dataset
+    notices: tuple  # one line each: keys warned about, settings with no effect here
+    hook: str  # the read hook's 2.10 name, as given
+
+
+def is_210_config(data: dict) -> bool:
+    """A file that says `setup.mode` in 2.10's words is a 2.10 config."""
+    setup = data.get("setup") if isinstance(data, dict) else None
+    return isinstance(setup, dict) and setup.get("mode") in _MODES + tuple(_REFUSED_MODES)
+
+
+def translate(data: dict, path: str) -> CerebrasConfig:
+    """2.10's YAML (a mapping) -> CerebrasConfig; ConfigError names the first key that cannot be run."""
+    notices: list[str] = []
+    ours: dict[str, Any] = {}
+    sections = _sections(data, path, notices, ours)
+    setup, processing, dataset = sections["setup"], sections["processing"], sections["dataset"]
+    for (section, key), what in _REFUSED.items():
+        if _given(sections[section].get(key)):
+            raise ConfigError(f"{path}: {section}.{key}: {what} is not supported; supported: text pretraining "
+                              "(LM, VSL, FIM), prompt/completion and chat finetuning (VSL too), DPO, NLG")
+    mode210 = setup.get("mode")
+    if mode210 in _REFUSED_MODES:
+        raise ConfigError(f"{path}: setup.mode {mode210!r}: {_REFUSED_MODES[mode210]} are not supported; "
+                          f"supported modes: {', '.join(_MODES)}")
+    if mode210 not in _MODES:
+        raise ConfigError(f"{path}: setup.mode: expected one of {', '.join(_MODES)}, got {mode210!r}")
+    if dataset.get("is_multimodal"):
+        raise ConfigError(f"{path}: dataset.is_multimodal: multimodal data is not supported")
+    values: dict[str, Any] = {}
+    for section, keys in _SAME.items():
+        for key in keys:
+            if sections[section].get(key) is not None:
+                values[key] = sections[section][key]
+    _context_lengths(setup, path, values, notices)
+    _data_source(setup, path, values, notices)
+    _tokenizer(processing, path, values)
+    hook, kwargs = _hook(processing, path)
+    mode = _mode(mode210, hook, dataset, path)
+    if mode == "FIM" and dataset.get("training_objective") is None:
+        notices.append("dataset.fim_*: FIM rows, as the settings ask (2.10 needs training_objective: fim, and "
+                       "without it writes plain LM rows)")
+    _hook_keys(mode, hook, kwargs, path, values, notices)
+    _dataset(mode, dataset, path, values, notices)
+    for section in sections.values():
+        for key, why in _NO_EFFECT.items():
+            if section.get(key) not in (None, False):  # False: UNSAFE_skip_jsonl_decoding_errors asks nothing
+                notices.append(f"{key}: accepted, no effect here ({why})")
+    values.update(ours)
+    defaults = {k: v for k, v in DEFAULTS_210.items() if k not in values}
+    return CerebrasConfig(mode=mode, values=values, defaults=defaults, raw=data, notices=tuple(notices),
+                          hook=processing["read_hook"])
+
+
+def _given(value: Any) -> bool:
+    return value not in (None, False, {}, [], "")
+
+
+def _sections(data: dict, path: str, notices: list, ours: dict) -> dict:
+    out = {}
+    for name, body in data.items():
+        if name not in _SECTIONS:
+            notices.append(f"{name}: not a section of a 2.10 config (setup, processing, dataset): ignored")
+            continue
+        if body is not None and not isinstance(body, dict):
+            raise ConfigError(f"{path}: section {name!r} must be a mapping")
+        out[name] = dict(body or {})
+    for name in _SECTIONS:
+        out.setdefault(name, {})
+    for name, body in out.items():
+        for key in body:
+            if key in _SECTIONS[name] or key in _ALSO_READ[name]:
+                continue
+            home = next((s for s, keys in _SECTIONS.items() if key in keys), None)
+            if home is not None:  # 2.10's own words, so that a 2.10 user recognises the error
+                raise ConfigError(f"{path}: Parameter '{key}' in section '{name}' is misplaced. It should be in "
+                                  f"'{home}'.")
+            if key in _OURS:
+                ours[key] = body[key]  # this tool's own settings are welcome in a 2.10 config (2.10 ignores them)
+                continue
+            notices.append(f"{name}.{key}: unknown to 2.10 and to this tool: ignored")
+    return out
+
+
+def _context_lengths(setup: dict, path: str, values: dict, notices: list) -> None:
+    splits = setup.get("data_splits")
+    per_split = isinstance(splits, dict) and any(isinstance(v, dict) and v.get("context_splits")
+                                                 for v in splits.values())
+    if (setup.get("context_splits") or per_split) and "max_seq_length" in values:
+        # 2.10 runs each context split at its own length and never reads max_seq_length then.
+        notices.append(f"processing.max_seq_length {values.pop('max_seq_length')}: not used, the context splits "
+                       "give the lengths (as in 2.10)")
+
+
+def _data_source(setup: dict, path: str, values: dict, notices: list) -> None:
+    data = setup.get("data")
+    if data is None:
+        if not setup.get("metadata_files"):
+            raise ConfigError(f"{path}: setup.data (type: local, source: DIR) or setup.metadata_files is required")
+        return
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: setup.data must be a mapping (type: local, source: DIR)")
+    kind = data.get("type", "local")
+    if kind == "huggingface":
+        raise ConfigError(f"{path}: setup.data.type huggingface is not supported yet: download the dataset's files "
+                          "(.parquet or .jsonl) and give them with type: local")
+    if kind != "local":
+        raise ConfigError(f"{path}: setup.data.type: expected local or huggingface, got {kind!r}")
+    for key, value in data.items():
+        if key == "source":
+            values["input_dir"] = value
+        elif key in ("top_level_as_subsets", "subsets"):
+            values[key] = value
+        elif key != "type":
+            notices.append(f"setup.data.{key}: not read for type local: ignored")
+    if "input_dir" not in values:
+        raise ConfigError(f"{path}: setup.data.source (the input directory) is required")
+
+
+def _tokenizer(processing: dict, path: str, values: dict) -> None:
+    hf, custom = processing.get("huggingface_tokenizer"), processing.get("custom_tokenizer")
+    params = processing.get("tokenizer_params") or {}
+    if not isinstance(params, dict):
+        raise ConfigError(f"{path}: processing.tokenizer_params must be a mapping")
+    if hf and custom:
+        raise ConfigError(f"{path}: processing.huggingface_tokenizer and custom_tokenizer are both given: choose one")
+    if hf:
+        if params:
+            raise ConfigError(f"{path}: processing.tokenizer_params {sorted(params)}: arguments to AutoTokenizer "
+                              "are not supported; the tokenizer is read from its files as they are")
+        values.update(tokenizer_type="HuggingFaceTokenizer", huggingface_tokenizer=hf)
+        return
+    if custom == "gpt2tokenizer":
+        _only(params, ("vocab_file", "encoder_file"), "gpt2tokenizer", path)
+        for key in ("vocab_file", "encoder_file"):
+            if not params.get(key):
+                raise ConfigError(f"{path}: processing.tokenizer_params.{key} is required for gpt2tokenizer")
+        values.update(tokenizer_type="GPT2Tokenizer", vocab_file=params["vocab_file"],
+                      encoder_file=params["encoder_file"])
+        return
+    if custom == "neoxtokenizer":
+        _only(params, ("encoder_file",), "neoxtokenizer", path)
+        if not params.get("encoder_file"):
+            raise ConfigError(f"{path}: processing.tokenizer_params.encoder_file is required for neoxtokenizer")
+        values.update(tokenizer_type="NeoXTokenizer", encoder_file=params["encoder_file"])
+        return
+    if custom:
+        raise ConfigError(f"{path}: processing.custom_tokenizer {custom!r}: a tokenizer class of your own is not "
+                          "supported yet; use gpt2tokenizer, neoxtokenizer or huggingface_tokenizer")
+    raise ConfigError(f"{path}: a tokenizer is required: processing.huggingface_tokenizer or custom_tokenizer "
+                      "(gpt2tokenizer, neoxtokenizer)")
+
+
+def _only(params: dict, allowed: tuple, name: str, path: str) -> None:
+    extra = sorted(set(params) - set(allowed))
+    if extra:
+        raise ConfigError(f"{path}: processing.tokenizer_params {extra}: not supported for {name} "
+                          f"(it takes {', '.join(allowed)})")
+
+
+def _hook(processing: dict, path: str) -> tuple[str, dict]:
+    spec = processing.get("read_hook")
+    if not spec:
+        raise ConfigError(f"{path}: processing.read_hook is required (e.g. {HOOK_PREFIX}text_read_hook)")
+    kwargs = processing.get("read_hook_kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise ConfigError(f"{path}: processing.read_hook_kwargs must be a mapping")
+    try:
+        hook = parse_hook_spec(str(spec))  # a built-in by either of its names, a module, or a hook file
+    except ValueError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    name = hook.function
+    if not hook.is_builtin:
+        raise ConfigError(f"{path}: processing.read_hook {spec}: read hooks of your own are not supported yet; "
+                          f"built-in hooks supported: {', '.join(SUPPORTED_HOOKS)}")
+    if name in _NOT_YET_HOOKS:
+        raise ConfigError(f"{path}: processing.read_hook {spec}: {_NOT_YET_HOOKS[name]} is not supported yet; "
+                          f"built-in hooks supported: {', '.join(SUPPORTED_HOOKS)}")
+    if name not in SUPPORTED_HOOKS:
+        raise ConfigError(f"{path}: processing.read_hook {spec}: read hooks of your own are not supported yet; "
+                          f"built-in hooks supported: {', '.join(SUPPORTED_HOOKS)}")
+    _, required, optional = SUPPORTED_HOOKS[name]
+    for key in required:
+        if not kwargs.get(key):
+            raise ConfigError(f"{path}: processing.read_hook_kwargs.{key} is required by {name}")
+    unknown = sorted(set(kwargs) - set(required) - set(optional))
+    if "image_key" in unknown:
+        raise ConfigError(f"{path}: processing.read_hook_kwargs.image_key: multimodal data is not supported")
+    if unknown:
+        raise ConfigError(f"{path}: processing.read_hook_kwargs {unknown}: not read by {name} "
+                          f"(it takes {', '.join(required + optional)})")
+    return name, kwargs
+
+
+def _mode(mode210: str, hook: str, dataset: dict, path: str) -> str:
+    modes = SUPPORTED_HOOKS[hook][0]
+    if mode210 not in modes:
+        raise ConfigError(f"{path}: processing.read_hook {hook} does not serve setup.mode {mode210} "
+                          f"(it serves {', '.join(modes)})")
+    vsl = bool(dataset.get("use_vsl"))
+    objective = dataset.get("training_objective")
+    fim_keys = [k for k in ("fim_rate", "spm_rate", "fim_prefix_tok", "fim_middle_tok", "fim_suffix_tok")
+                if dataset.get(k) is not None]
+    if objective is None and fim_keys and mode210 == "pretraining" and not vsl:
+        # 2.10's own fim_aug_preprocessing.yaml gives every FIM setting but not the objective, and 2.10 then
+        # writes plain LM rows: the settings say what the user wants.
+        objective = "fim"
+    if objective not in (None, "fim"):
+        raise ConfigError(f"{path}: dataset.training_objective {objective!r} is not supported (supported: fim, or "
+                          "none for plain next-token prediction)")
+    if objective == "fim" and (mode210 != "pretraining" or vsl):
+        raise ConfigError(f"{path}: dataset.training_objective fim applies to setup.mode pretraining without use_vsl")
+    if vsl and mode210 in ("dpo", "nlg"):
+        raise ConfigError(f"{path}: dataset.use_vsl does not apply to setup.mode {mode210}")
+    if mode210 == "pretraining":
+        return "FIM" if objective == "fim" else "LMData_VSL" if vsl else "LMData"
+    if mode210 == "dpo":
+        return "DPO"
+    if hook == "chat_read_hook":
+        return "Chat_VSL" if vsl else "Chat"
+    return "Summarization_VSL" if vsl else "Summarization"
+
+
+def _hook_keys(mode: str, hook: str, kwargs: dict, path: str, values: dict, notices: list) -> None:
+    if hook == "text_read_hook":
+        values["jsonl_key"] = kwargs["text_key"]
+    elif hook in ("prompt_completion_text_read_hook", "nlg_read_hook"):
+        values["prompt_key"] = kwargs.get("prompt_key") or kwargs.get("context_key")
+        values["completion_key"] = kwargs["completion_key"]
+    elif hook == "chat_read_hook":
+        values.update(messages_key=kwargs["multi_turn_key"], role_key=kwargs["multi_turn_role_key"],
+                      content_key=kwargs["multi_turn_content_key"])
+        if "has_system_prompt" in kwargs:
+            notices.append("read_hook_kwargs.has_system_prompt: accepted; a leading system message is always read "
+                           "as the system turn")
+    elif hook == "dpo_read_hook":
+        values.update(chosen_key=kwargs["chosen_key"], rejected_key=kwargs["rejected_key"])
+        if kwargs.get("prompt_key"):
+            values["prompt_key"] = kwargs["prompt_key"]
+        role = kwargs.get("assistant_role")
+        if role is not None and str(role).strip().lower() != "assistant:":
+            raise ConfigError(f"{path}: processing.read_hook_kwargs.assistant_role {role!r}: transcripts are split "
+                              "at their last 'Assistant:' turn; another marker is not supported yet")
+
+
+def _dataset(mode: str, dataset: dict, path: str, values: dict, notices: list) -> None:
+    if "sep_token" in dataset and mode.startswith("Summarization"):
+        if dataset["sep_token"] is not None:
+            values["sep_token"] = dataset["sep_token"]
+    template = dataset.get("chat_template")
+    if template and mode in ("Chat", "Chat_VSL", "DPO"):
+        values["chat_template"] = template  # 2.10 gives the template's text itself; a file path works too
+    elif template:
+        notices.append(f"dataset.chat_template: not read for {mode}: ignored")
+    truncate = dataset.get("truncate_to_msl")
+    if truncate and mode not in ("Chat", "Chat_VSL"):
+        notices.append(f"dataset.truncate_to_msl: {mode} does not cut pairs yet: a prompt and completion longer "
+                       "than max_seq_length are dropped and counted (too_long)")
+    elif truncate:
+        values["truncate"] = _truncation(truncate, notices)
+    delimiter = dataset.get("response_delimiter", dataset.get("respose_delimiter"))
+    if delimiter is not None:
+        notices.append("dataset.response_delimiter: not needed here (prompt and responses are told apart by "
+                       "rendering them): ignored")
+
+
+def _truncation(truncate: Any, notices: list) -> str:
+    """2.10's truncate_to_msl mapping -> our `truncate` (keep_start | keep_end)."""
+    truncate = truncate if isinstance(truncate, dict) else {}
+    unknown = sorted(set(truncate) - {"prompt_truncation_mode", "truncation_mode", "max_turn_length"})
+    if unknown:
+        notices.append(f"dataset.truncate_to_msl {unknown}: unknown keys, ignored")
+    how = truncate.get("prompt_truncation_mode")
+    if how is None and "truncation_mode" in truncate:
+        # 2.10 reads only prompt_truncation_mode and falls back to keep_end; a shipped config spells it
+        # truncation_mode. What it asks for is plain, so that is what it gets.
+        how = truncate["truncation_mode"]
+        notices.append(f"dataset.truncate_to_msl.truncation_mode: read as prompt_truncation_mode ({how}); 2.10 "
+                       "ignores this spelling and keeps the end")
+    if how not in ("keep_start", "keep_end"):
+        notices.append(f"dataset.truncate_to_msl.prompt_truncation_mode {how!r}: not keep_start or keep_end; "
+                       "keep_end, as 2.10")
+        how = "keep_end"
+    if "max_turn_length" in truncate:
+        notices.append("dataset.truncate_to_msl.max_turn_length: no per-turn floor here: the longest contents are "
+                       "cut first (README, Chat)")
+    return how
+
+
+def raw_json(data: dict) -> str:
+    """The config as JSON text: kept in the (hashable) Config and written to data_params.json."""
+    return json.dumps(data, sort_keys=True, default=str)
+
+
+def merge_sections(ours: dict, raw: dict) -> dict:
+    """data_params.json's sections: ours (what the job did, read by verify and resume), and every 2.10 key
+    that ours does not already hold, so that a 2.10 tool finds the config where 2.10 writes it. 2.10's
+    `setup.mode` (pretraining, ...) is kept; `setup.dataset_processor` names this tool's mode."""
+    out = {name: dict(body) for name, body in ours.items()}
+    for name in _SECTIONS:
+        for key, value in (raw.get(name) or {}).items():
+            if key == "mode" or key not in out.setdefault(name, {}):
+                out[name][key] = value
+    return out
+
+
+def hook_name(spec: Optional[str]) -> Optional[str]:
+    """A built-in hook's function name, whichever of its names the config uses; None for any other."""
+    return BUILTIN_HOOKS[spec].__name__ if spec in BUILTIN_HOOKS else None
+
+
+# The built-in hooks that strip each text (2.10's text_read_hook, chat_read_hook): the job strips them too.
+_STRIPPING_HOOKS = ("text_read_hook", "chat_read_hook")
+
+
+def hook_strips(spec: Optional[str]) -> bool:
+    return hook_name(spec) in _STRIPPING_HOOKS

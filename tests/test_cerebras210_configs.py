@@ -1,0 +1,164 @@
+"""Cerebras 2.10's shipped example configs, run unchanged (`create_hdf5_dataset --config`).
+
+tests/data/cerebras210/ holds every config Model Zoo 2.10 ships, with the same keys and values and only the
+paths and tokenizer names pointing at test data. Each of a supported mode runs, writes the rows of the mode it
+translates to and passes `verify`; each of an unsupported one fails before anything is read, naming the key.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REFERENCE, RUNNER, SHARED, h5_files, read_rows, require_shared
+
+CONFIGS = Path(__file__).parent / "data" / "cerebras210"
+GOLDEN_210 = REFERENCE / "golden-2.10"
+
+
+def _lines(path: Path, n: int) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for _, line in zip(range(n), f)]
+
+
+def _write(directory: Path, records: list[dict], name: str = "part_0.jsonl") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / name, "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    return directory
+
+
+def _text(tmp: Path) -> Path:
+    return _write(tmp, _lines(GOLDEN_210 / "lm_gpt2_en_small_pd_512" / "input" / "en_small_pd.jsonl", 120))
+
+
+def _pairs(prompt: str, completion: str):
+    def make(tmp: Path) -> Path:
+        rows = _lines(REFERENCE / "inputs" / "summarization" / "part_0.jsonl", 120)
+        return _write(tmp, [{prompt: r["prompt"], completion: r["completion"]} for r in rows])
+    return make
+
+
+def _fim(tmp: Path) -> Path:
+    return _write(tmp, _lines(REFERENCE / "inputs" / "fim" / "part_0.jsonl", 100))
+
+
+def _chat(tmp: Path) -> Path:
+    source = GOLDEN_210 / "chat_qwen25_kto_multiturn_512" / "input" / "llamafactory_kto_en_demo.jsonl"
+    return _write(tmp, _lines(source, 120))
+
+
+def _dpo(tmp: Path) -> Path:
+    """HH-RLHF transcripts with the prompt apart (the shipped config names prompt_key)."""
+    rows = []
+    for r in _lines(GOLDEN_210 / "dpo_qwen25_hh_rlhf_512" / "input" / "hh_rlhf_harmless_base_test_first1000.jsonl",
+                    120):
+        cut = r["chosen"].rfind("\n\nAssistant:") + len("\n\nAssistant:")
+        if r["rejected"][:cut] == r["chosen"][:cut]:
+            rows.append({"prompt": r["chosen"][:cut], "chosen": r["chosen"][cut:], "rejected": r["rejected"][cut:]})
+    return _write(tmp, rows)
+
+
+# config -> (input maker, our mode, outputs under OUT (None: one dataset))
+SUPPORTED = {
+    "autoregressive_lm_preprocessing": (_text, "LMData", None),
+    "wikitext103_lm_preprocessing": (_text, "LMData", None),
+    "hf_autoregressive_lm_preprocessing": (_text, "LMData", None),
+    "fim_aug_preprocessing": (_fim, "FIM", None),
+    "summarization_preprocessing": (_pairs("source", "target"), "Summarization", None),
+    "curation_corpus_summarization_preprocessing": (_pairs("article_content", "summary"), "Summarization", None),
+    "multi_turn_dialogue_preprocessing": (_chat, "Chat", None),
+    "dpo_preprocessing": (_dpo, "DPO", None),
+    "nlg_preprocessing": (_pairs("context", "completion"), "Summarization", None),
+    "finetuning_data_split": (_pairs("prompt", "completion"), "Summarization", ["train", "val"]),
+    "finetuning_context_split": (_pairs("prompt", "completion"), "Summarization",
+                                 ["msl_1024", "msl_2048", "msl_3072"]),
+    "pretraining_data_context_split": (_text, "LMData", ["train/msl_1024", "train/msl_2048", "train/msl_3072",
+                                                         "val/msl_512", "val/msl_1024", "val/msl_2048"]),
+}
+# config -> the key its refusal names
+UNSUPPORTED = {
+    "bert_pretraining_config": "training_objective",
+    "esm2_preprocessing_pre_training": "mlm_with_gather",
+    "llava_phase_1_llama3": "image_dir",
+    "llava_phase_2_preproc": "image_dir",
+    "llava_single_image_token": "image_dir",
+    "mllama_preproc_using_llava_phase_2": "image_dir",
+    "multimodal_pretraining_conceptual_captions": "image_dir",
+}
+
+
+def _config(name: str, tmp: Path, input_dir: Path) -> Path:
+    text = string.Template((CONFIGS / f"{name}.yaml").read_text()).substitute(
+        SHARED=str(SHARED), INPUT=str(input_dir), OUT=str(tmp / "out"))
+    path = tmp / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_every_shipped_config_is_a_fixture():
+    assert sorted(p.stem for p in CONFIGS.glob("*.yaml")) == sorted([*SUPPORTED, *UNSUPPORTED])
+
+
+@pytest.mark.parametrize("name", sorted(SUPPORTED))
+def test_shipped_config_runs_unchanged(name, tmp_path, capsys):
+    require_shared()
+    from pipelines.create_hdf5_dataset import main
+    from pipelines.tools.verify import verify_dataset
+
+    make, mode, outputs = SUPPORTED[name]
+    config = _config(name, tmp_path, make(tmp_path / "input"))
+    assert main(["--config", str(config), *RUNNER]) == 0, capsys.readouterr().err
+    out = tmp_path / "out"
+    for sub in outputs or [""]:
+        params = json.loads((out / sub / "data_params.json").read_text())
+        assert params["setup"]["dataset_processor"].endswith(_PROCESSORS[mode]), params["setup"]
+        assert params["setup"]["mode"] == _raw(config)["setup"]["mode"]  # 2.10's mode, as 2.10 records it
+        assert params["processing"]["read_hook"] == _raw(config)["processing"]["read_hook"]
+        for key in ("eos_id", "pad_id", "vocab_size"):  # resolved, where 2.10's tools read them
+            assert isinstance(params["processing"][key], int), key
+        assert params["features"] == list(_FEATURES[mode])
+        assert params["post-process"]["n_examples"] > 0, sub
+        result = verify_dataset(str(out / sub))
+        assert result.ok, result.problems
+        assert read_rows(out / sub).shape[1] == len(_FEATURES[mode])
+    if outputs:
+        assert not h5_files(out)
+    from transforms.io.hooks import parse_hook_spec
+
+    # As 2.10 saves it: the source of the hook that read the records (here, our built-in hooks' module).
+    function = parse_hook_spec(_raw(config)["processing"]["read_hook"]).function
+    assert f"def {function}(" in (out / "hook.py").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(UNSUPPORTED))
+def test_unsupported_config_is_refused_before_reading(name, tmp_path, capsys):
+    from pipelines.create_hdf5_dataset import main
+
+    config = _config(name, tmp_path, tmp_path / "no-such-input")  # nothing to read: a refusal must come first
+    assert main(["--config", str(config), *RUNNER]) == 2
+    err = capsys.readouterr().err
+    assert UNSUPPORTED[name] in err, err
+    assert "not supported" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def _raw(config: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(config.read_text())
+
+
+_PROCESSORS = {"LMData": "LMDataPreprocessor", "FIM": "FIMDataPreprocessor", "Chat": "ChatPreprocessor",
+               "DPO": "DPOPreprocessor", "Summarization": "SummarizationPreprocessor"}
+_FEATURES = {
+    "DPO": ("chosen_input_ids", "chosen_attention_mask", "chosen_labels", "rejected_input_ids",
+            "rejected_attention_mask", "rejected_labels"),
+}
+for _mode in ("LMData", "FIM", "Chat", "Summarization"):
+    _FEATURES[_mode] = ("input_ids", "attention_mask", "labels")
+del _mode

@@ -1,0 +1,214 @@
+"""Find a config's read hook and load it, on the machine that starts the job and on every worker.
+
+A 2.10 config's `processing.read_hook` is one of:
+
+- a built-in hook, by its short name (`chat_read_hook`) or 2.10's import
+  path (`cerebras.modelzoo.data_preparation.data_preprocessing.hooks:
+  chat_read_hook`): our re-implementation, transforms.core.hooks210;
+- `package.module:function`, imported on the worker (the module must be
+  installed there too);
+- `path/to/hooks.py:function`, a local path or any fsspec URL: anything
+  ending in `.py` before the colon.
+
+A hook file is read once, when the job starts, and its text travels in the
+`HookSpec`: a remote worker has the source but not the launcher's file
+system, so `load_hook` compiles `spec.source` into a fresh module named
+after its hash (`_cerebras_hook_<sha8>`) and never opens the path. The same
+text gives the same module name on every machine.
+
+`hook_source` is the text the job saves as OUT/hook.py, as 2.10 saves the
+hook's source beside its output: the hook file's text, the hook module's
+source, or for a built-in hook the source of transforms.core.hooks210.
+
+Every problem is a ValueError that says what to fix: a missing file,
+module or function, a name that is not a function, a syntax error (with its
+line), a 2.10 hook we do not support.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import inspect
+import linecache
+import re
+import sys
+import threading
+import types
+from typing import Callable, Optional
+
+from transforms.core import hooks210
+from transforms.core.hooks210 import BUILTIN_HOOKS, MODELZOO_HOOKS_MODULE
+from transforms.io import fs
+
+__all__ = ["HookSpec", "hook_source", "load_hook", "parse_hook_spec"]
+
+BUILTIN_MODULE = hooks210.__name__
+
+# 2.10's hooks for image data: known names, so that a config naming one is told why, not "no such hook".
+_MULTIMODAL_HOOKS = frozenset({"finetuning_llava_hook", "finetuning_llava_hook_prompt_completion",
+                               "pretraining_image_captions_hook", "finetuning_image_captions_hook"})
+
+_MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+# Modules compiled from hook files in this process, by the sha256 of their text: a worker loads a hook once.
+_LOADED: dict[str, types.ModuleType] = {}
+_LOCK = threading.Lock()
+
+
+@dataclasses.dataclass(frozen=True)
+class HookSpec:
+    """A read hook, as the job carries it to its workers.
+
+    `name` is the config's text; `function` the function's name; then
+    either `module` (importable; a built-in hook's is
+    transforms.core.hooks210) or `path` (a hook file, kept for messages
+    only) with `source`, the file's text.
+    """
+
+    name: str
+    function: str
+    module: Optional[str] = None
+    path: Optional[str] = None
+    source: Optional[str] = None
+
+    @property
+    def is_builtin(self) -> bool:
+        return self.module == BUILTIN_MODULE
+
+
+def parse_hook_spec(text: str) -> HookSpec:
+    """The HookSpec of a config's `read_hook`; a hook file is read here (local path or fsspec URL).
+
+    >>> parse_hook_spec("chat_read_hook")
+    HookSpec(name='chat_read_hook', function='chat_read_hook', module='transforms.core.hooks210', path=None, \
+source=None)
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"processing.read_hook must be 'module:function' or 'path/to/hooks.py:function', "
+                         f"not {text!r}")
+    name = text.strip()
+    if name in BUILTIN_HOOKS:
+        return HookSpec(name=name, function=BUILTIN_HOOKS[name].__name__, module=BUILTIN_MODULE)
+    where, colon, function = name.rpartition(":")
+    if not colon and name in _MULTIMODAL_HOOKS:
+        where, function = MODELZOO_HOOKS_MODULE, name
+    elif not colon and name.startswith(MODELZOO_HOOKS_MODULE + "."):
+        # 2.10's own multimodal_pretraining_conceptual_captions.yaml writes "...hooks.<name>" (2.10 fails on it).
+        where, function = MODELZOO_HOOKS_MODULE, name[len(MODELZOO_HOOKS_MODULE) + 1:]
+        if function not in _MULTIMODAL_HOOKS:
+            raise ValueError(f"processing.read_hook {name!r}: expected 'module:function', here "
+                             f"'{MODELZOO_HOOKS_MODULE}:{function}'")
+    if not where:
+        raise ValueError(f"processing.read_hook {name!r}: expected 'module:function' or "
+                         f"'path/to/hooks.py:function' (built-in hooks: {_builtin_names()})")
+    if not function.isidentifier():
+        raise ValueError(f"processing.read_hook {name!r}: {function!r} is not a function name")
+    if where == MODELZOO_HOOKS_MODULE:
+        if function in _MULTIMODAL_HOOKS:
+            raise ValueError(f"processing.read_hook {name!r}: {function} reads images; multimodal data is not "
+                             "supported")
+        raise ValueError(f"processing.read_hook {name!r}: Model Zoo 2.10 has no hook {function!r} "
+                         f"(built-in hooks: {_builtin_names()})")
+    if where.endswith(".py"):
+        return HookSpec(name=name, function=function, path=where, source=_read_hook_file(where, name))
+    if not _MODULE_RE.fullmatch(where):
+        raise ValueError(f"processing.read_hook {name!r}: {where!r} is neither a module name nor a .py file")
+    return HookSpec(name=name, function=function, module=where)
+
+
+def load_hook(spec: HookSpec) -> Callable:
+    """The hook function of a spec. A hook file's module is compiled from `spec.source`, never read from
+    `spec.path`, and only once per process."""
+    if spec.is_builtin and spec.function in BUILTIN_HOOKS:
+        return BUILTIN_HOOKS[spec.function]
+    if spec.source is not None:
+        module = _compile_hook_file(spec)
+        where = f"hook file {spec.path or spec.name}"
+    elif spec.module is not None:
+        module = _import(spec)
+        where = f"module {spec.module}"
+    else:
+        raise ValueError(f"read hook {spec.name!r}: the spec has neither a module nor a file's source")
+    if not hasattr(module, spec.function):
+        functions = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_"))
+        raise ValueError(f"read hook {spec.name!r}: {where} has no {spec.function!r}"
+                         + (f" (its functions: {', '.join(functions)})" if functions else ""))
+    fn = getattr(module, spec.function)
+    if not callable(fn):
+        raise ValueError(f"read hook {spec.name!r}: {spec.function!r} in {where} is {type(fn).__name__}, "
+                         "not a function")
+    return fn
+
+
+def hook_source(spec: HookSpec) -> str:
+    """The text to save as OUT/hook.py: what the job's hook is, for whoever reads the output later."""
+    if spec.source is not None:
+        return spec.source
+    module = hooks210 if spec.is_builtin else _import(spec)
+    try:
+        return inspect.getsource(module)
+    except (OSError, TypeError) as e:  # a compiled module, or one without a file
+        return f"# read hook {spec.name}: the source of module {module.__name__} is not available ({e})\n"
+
+
+def _read_hook_file(path: str, name: str) -> str:
+    try:
+        data = fs.read_bytes(path)
+    except FileNotFoundError:
+        raise ValueError(f"processing.read_hook {name!r}: hook file {path} not found") from None
+    except OSError as e:
+        raise ValueError(f"processing.read_hook {name!r}: cannot read hook file {path}: {e}") from e
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"processing.read_hook {name!r}: hook file {path} is not UTF-8 text ({e})") from None
+
+
+def _import(spec: HookSpec) -> types.ModuleType:
+    try:
+        return importlib.import_module(spec.module)
+    except ModuleNotFoundError as e:
+        missing = "" if e.name == spec.module else f" (it imports {e.name!r}, which is not installed)"
+        raise ValueError(f"read hook {spec.name!r}: cannot import module {spec.module}{missing}: {e}") from e
+    except Exception as e:  # the module's own code failed while importing
+        raise ValueError(f"read hook {spec.name!r}: importing module {spec.module} failed: "
+                         f"{type(e).__name__}: {e}") from e
+
+
+def _compile_hook_file(spec: HookSpec) -> types.ModuleType:
+    digest = hashlib.sha256(spec.source.encode("utf-8")).hexdigest()
+    with _LOCK:
+        module = _LOADED.get(digest)
+        if module is not None:
+            return module
+        module_name = f"_cerebras_hook_{digest[:8]}"
+        # Tracebacks name the hook file and show its lines, though no file is opened (mtime None: never
+        # checked against a file).
+        filename = f"<read hook {spec.path or spec.name}>"
+        try:
+            code = compile(spec.source, filename, "exec")
+        except SyntaxError as e:
+            raise ValueError(f"read hook {spec.name!r}: syntax error in hook file {spec.path}, line {e.lineno}: "
+                             f"{e.msg}") from None
+        linecache.cache[filename] = (len(spec.source), None, spec.source.splitlines(True), filename)
+        module = types.ModuleType(module_name, f"read hook file {spec.path}")
+        module.__file__ = filename
+        # In sys.modules while it runs, as an import would be (dataclasses and typing look their module up
+        # there), then out of it again: the name imports nowhere else, so whatever pickles the hook's
+        # functions (a runner pickling a DoFn) must carry them by value, which works on any worker.
+        sys.modules[module_name] = module
+        try:
+            exec(code, module.__dict__)
+        except Exception as e:
+            raise ValueError(f"read hook {spec.name!r}: running hook file {spec.path} failed: "
+                             f"{type(e).__name__}: {e}") from e
+        finally:
+            sys.modules.pop(module_name, None)
+        _LOADED[digest] = module
+        return module
+
+
+def _builtin_names() -> str:
+    return ", ".join(sorted(n for n in BUILTIN_HOOKS if ":" not in n))
