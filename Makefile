@@ -9,7 +9,7 @@ DEMO_OUT ?= demo_output
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[gcp,test,report]"
+	$(PY) -m pip install --quiet -e ".[gcp,test,report,huggingface]"
 	touch $@
 
 install: $(VENV)/.installed

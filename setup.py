@@ -44,6 +44,10 @@ setup(
         # torch: `make test-torch` only (a DataLoader over H5MapDataset); its wheel is several GB, not in CI.
         "torch": ["torch>=2.1"],
         "report": ["matplotlib>=3.7"],
+        # setup.data.type huggingface (2.10) / --hf_dataset: 🤗 datasets resolves a split to its files, once, at
+        # launch (transforms/io/hf_datasets.py); the workers read the files with our readers, so neither they
+        # nor the worker image need it, and a job of local files never imports it. Tested with 5.2.
+        "huggingface": ["datasets>=3.0"],
         "zlibng": ["zlib-ng>=0.5"],  # --compressor zlib-ng
     },
     entry_points={"console_scripts": ["create_hdf5_dataset=pipelines.command:cli",

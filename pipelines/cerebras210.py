@@ -18,7 +18,7 @@ What is kept from 2.10, and why:
 
 What is refused before any data is read, naming the key: multimodal,
 embedding, MLM/BERT and custom token generators, and settings whose meaning
-this tool does not implement yet. Keys that only tune 2.10's own machinery
+this tool does not implement yet (README, "Coming from Cerebras 2.10"). Keys that only tune 2.10's own machinery
 (read/write chunk sizes, RAM share) are accepted and have no effect: the
 notices say so.
 """
@@ -31,7 +31,9 @@ from typing import Any, Optional
 
 from pipelines.config import SETTINGS, ConfigError  # config.py imports this module only inside load_config
 from transforms.core.hooks210 import BUILTIN_HOOKS
-from transforms.io.hooks import parse_hook_spec
+from transforms.core.hooks210 import check_hook_kwargs
+from transforms.io.hf_datasets import check_options
+from transforms.io.hooks import load_hook, parse_hook_spec
 
 __all__ = ["CerebrasConfig", "translate", "HOOK_PREFIX", "SUPPORTED_HOOKS", "hook_name", "hook_strips",
            "is_210_config", "merge_sections", "raw_json"]
@@ -69,7 +71,8 @@ SUPPORTED_HOOKS = {
     "nlg_read_hook": (("nlg",), ("context_key", "completion_key"), ()),
 }
 # Built-in hooks that exist in 2.10 and that this tool does not run yet.
-_NOT_YET_HOOKS = {"prompt_completion_chat_read_hook": "its prompt/completion pairs rendered as chat"}
+# Any other hook (the user's own, or a built-in with no mode of ours) gives the rows its regions (chat.hooked).
+REGION_HOOK = "regions"
 _MODES = ("pretraining", "finetuning", "dpo", "nlg")
 _REFUSED_MODES = {"custom": "custom token generators (setup.token_generator)",
                   "embedding_training": "embedding models", "embedding_generation": "embedding models"}
@@ -81,9 +84,6 @@ _REFUSED = {
     ("dataset", "use_single_image_token"): "multimodal data",
     ("dataset", "mlm_fraction"): "MLM (bert_pretraining)", ("dataset", "mlm_with_gather"): "MLM (bert_pretraining)",
     ("dataset", "ignore_index"): "MLM (bert_pretraining)", ("dataset", "excluded_tokens"): "MLM (bert_pretraining)",
-    ("processing", "semantic_drop_mask"): "semantic region settings (coming with user read hooks)",
-    ("processing", "semantic_loss_weight"): "semantic region settings (coming with user read hooks)",
-    ("processing", "semantic_attention_mask"): "semantic region settings (coming with user read hooks)",
 }
 # 2.10 keys with the same name and meaning here.
 _SAME = {
@@ -107,7 +107,13 @@ _OURS = {s.name for s in SETTINGS}
 # 2.10's defaults that differ from ours [B/pretraining_token_generator.py:60-87].
 # chat_loss_span: what 2.10 trains of an assistant turn (its content and end-of-turn token), so that a 2.10
 # chat config's rows are 2.10's (tests/test_cerebras210_golden.py).
-DEFAULTS_210 = {"use_ftfy": True, "ftfy_normalizer": "NFC", "output_dir": "./output", "chat_loss_span": "content"}
+# txt_lines: 2.10 reads a .txt with Hugging Face's "text" builder, a record per line [B/data_reader.py:500-608].
+DEFAULTS_210 = {"use_ftfy": True, "ftfy_normalizer": "NFC", "output_dir": "./output", "chat_loss_span": "content",
+                "txt_lines": True}
+# setup.data keys of type huggingface that tune only 2.10's own copy of the split (utils.load_dataset_wrapper)
+# or how load_dataset builds it: no copy is made here, the split's files are read where they are.
+_HF_NO_EFFECT = ("cache_dir", "format", "num_proc", "keep_in_memory", "streaming", "download_mode",
+                 "verification_mode", "trust_remote_code")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +162,11 @@ def translate(data: dict, path: str) -> CerebrasConfig:
     _tokenizer(processing, path, values)
     hook, kwargs = _hook(processing, path)
     mode = _mode(mode210, hook, dataset, path)
+    semantic = [k for k in ("semantic_loss_weight", "semantic_drop_mask", "semantic_attention_mask")
+                if _given(processing.get(k))]
+    if semantic and hook != REGION_HOOK:
+        raise ConfigError(f"{path}: processing.{semantic[0]}: semantic region settings are supported with a read "
+                          f"hook of your own (its regions make the rows), not with {hook}")
     if mode == "FIM" and dataset.get("training_objective") is None:
         notices.append("dataset.fim_*: FIM rows, as the settings ask (2.10 needs training_objective: fim, and "
                        "without it writes plain LM rows)")
@@ -221,8 +232,8 @@ def _data_source(setup: dict, path: str, values: dict, notices: list) -> None:
         raise ConfigError(f"{path}: setup.data must be a mapping (type: local, source: DIR)")
     kind = data.get("type", "local")
     if kind == "huggingface":
-        raise ConfigError(f"{path}: setup.data.type huggingface is not supported yet: download the dataset's files "
-                          "(.parquet or .jsonl) and give them with type: local")
+        _huggingface_source(data, path, values, notices)
+        return
     if kind != "local":
         raise ConfigError(f"{path}: setup.data.type: expected local or huggingface, got {kind!r}")
     for key, value in data.items():
@@ -236,6 +247,34 @@ def _data_source(setup: dict, path: str, values: dict, notices: list) -> None:
         raise ConfigError(f"{path}: setup.data.source (the input directory) is required")
 
 
+def _huggingface_source(data: dict, path: str, values: dict, notices: list) -> None:
+    """2.10's `type: huggingface`: `source` and `split` (both required, as in 2.10), and load_dataset's arguments
+    that choose the files (name, data_dir, data_files, revision). The split's files are found at launch
+    (transforms.io.hf_datasets) and read like a local directory's."""
+    for key, what in (("source", "the dataset's name on the Hub, or its directory"), ("split", "e.g. train")):
+        if not data.get(key):
+            raise ConfigError(f"{path}: setup.data.{key} ({what}) is required for type huggingface")
+    values["hf_dataset"], values["hf_split"] = str(data["source"]), str(data["split"])
+    options = {}
+    for key, value in data.items():
+        if key in ("type", "source", "split"):
+            continue
+        if key in _HF_NO_EFFECT:
+            notices.append(f"setup.data.{key}: accepted, no effect here (the split's files are read where they are, "
+                           "without a copy)")
+        elif key in ("top_level_as_subsets", "subsets"):
+            raise ConfigError(f"{path}: setup.data.{key}: subsets are directories of a local source; they do not "
+                              "apply to type huggingface")
+        else:
+            options[key] = value
+    try:
+        check_options(options)
+    except ValueError as e:
+        raise ConfigError(f"{path}: setup.data: {e}") from None
+    if options:
+        values["hf_options"] = options
+
+
 def _tokenizer(processing: dict, path: str, values: dict) -> None:
     hf, custom = processing.get("huggingface_tokenizer"), processing.get("custom_tokenizer")
     params = processing.get("tokenizer_params") or {}
@@ -244,10 +283,9 @@ def _tokenizer(processing: dict, path: str, values: dict) -> None:
     if hf and custom:
         raise ConfigError(f"{path}: processing.huggingface_tokenizer and custom_tokenizer are both given: choose one")
     if hf:
-        if params:
-            raise ConfigError(f"{path}: processing.tokenizer_params {sorted(params)}: arguments to AutoTokenizer "
-                              "are not supported; the tokenizer is read from its files as they are")
         values.update(tokenizer_type="HuggingFaceTokenizer", huggingface_tokenizer=hf)
+        if params:  # AutoTokenizer.from_pretrained's arguments, as 2.10 hands them on
+            values["tokenizer_params"] = params
         return
     if custom == "gpt2tokenizer":
         _only(params, ("vocab_file", "encoder_file"), "gpt2tokenizer", path)
@@ -264,8 +302,11 @@ def _tokenizer(processing: dict, path: str, values: dict) -> None:
         values.update(tokenizer_type="NeoXTokenizer", encoder_file=params["encoder_file"])
         return
     if custom:
-        raise ConfigError(f"{path}: processing.custom_tokenizer {custom!r}: a tokenizer class of your own is not "
-                          "supported yet; use gpt2tokenizer, neoxtokenizer or huggingface_tokenizer")
+        if ":" not in str(custom):
+            raise ConfigError(f"{path}: processing.custom_tokenizer {custom!r}: expected gpt2tokenizer, "
+                              "neoxtokenizer, or 'module:Class'")
+        values.update(tokenizer_type="HuggingFaceTokenizer", custom_tokenizer=str(custom), tokenizer_params=params)
+        return
     raise ConfigError(f"{path}: a tokenizer is required: processing.huggingface_tokenizer or custom_tokenizer "
                       "(gpt2tokenizer, neoxtokenizer)")
 
@@ -288,16 +329,15 @@ def _hook(processing: dict, path: str) -> tuple[str, dict]:
         hook = parse_hook_spec(str(spec))  # a built-in by either of its names, a module, or a hook file
     except ValueError as e:
         raise ConfigError(f"{path}: {e}") from None
-    name = hook.function
-    if not hook.is_builtin:
-        raise ConfigError(f"{path}: processing.read_hook {spec}: read hooks of your own are not supported yet; "
-                          f"built-in hooks supported: {', '.join(SUPPORTED_HOOKS)}")
-    if name in _NOT_YET_HOOKS:
-        raise ConfigError(f"{path}: processing.read_hook {spec}: {_NOT_YET_HOOKS[name]} is not supported yet; "
-                          f"built-in hooks supported: {', '.join(SUPPORTED_HOOKS)}")
+    name = hook.function if hook.is_builtin else REGION_HOOK
     if name not in SUPPORTED_HOOKS:
-        raise ConfigError(f"{path}: processing.read_hook {spec}: read hooks of your own are not supported yet; "
-                          f"built-in hooks supported: {', '.join(SUPPORTED_HOOKS)}")
+        name = REGION_HOOK  # a built-in with no mode of ours (prompt_completion_chat_read_hook): its regions
+    if name == REGION_HOOK:
+        try:
+            check_hook_kwargs(load_hook(hook) if hook.is_builtin else None, kwargs)
+        except ValueError as e:
+            raise ConfigError(f"{path}: processing.read_hook_kwargs: {e}") from None
+        return name, kwargs
     _, required, optional = SUPPORTED_HOOKS[name]
     for key in required:
         if not kwargs.get(key):
@@ -312,6 +352,16 @@ def _hook(processing: dict, path: str) -> tuple[str, dict]:
 
 
 def _mode(mode210: str, hook: str, dataset: dict, path: str) -> str:
+    if hook == REGION_HOOK:
+        if mode210 not in ("finetuning", "pretraining"):
+            raise ConfigError(f"{path}: processing.read_hook: a hook whose regions make the rows (one of your own, "
+                              f"or prompt_completion_chat_read_hook) is supported in setup.mode finetuning and "
+                              f"pretraining; {mode210} is not supported with it yet")
+        if mode210 == "finetuning":
+            if dataset.get("training_objective") is not None:
+                raise ConfigError(f"{path}: dataset.training_objective does not apply to finetuning")
+            return "Chat_VSL" if dataset.get("use_vsl") else "Chat"
+        hook = "text_read_hook"  # pretraining: the regions' text is the document (transforms.io.hooks)
     modes = SUPPORTED_HOOKS[hook][0]
     if mode210 not in modes:
         raise ConfigError(f"{path}: processing.read_hook {hook} does not serve setup.mode {mode210} "
@@ -341,6 +391,8 @@ def _mode(mode210: str, hook: str, dataset: dict, path: str) -> str:
 
 
 def _hook_keys(mode: str, hook: str, kwargs: dict, path: str, values: dict, notices: list) -> None:
+    if hook == REGION_HOOK:
+        return  # the hook's `*_key` columns are read (Config.keys_tuple); its regions make the rows
     if hook == "text_read_hook":
         values["jsonl_key"] = kwargs["text_key"]
     elif hook in ("prompt_completion_text_read_hook", "nlg_read_hook"):
@@ -372,7 +424,7 @@ def _dataset(mode: str, dataset: dict, path: str, values: dict, notices: list) -
     elif template:
         notices.append(f"dataset.chat_template: not read for {mode}: ignored")
     truncate = dataset.get("truncate_to_msl")
-    if truncate and mode not in ("Chat", "Chat_VSL"):
+    if truncate and mode == "Summarization_VSL":
         notices.append(f"dataset.truncate_to_msl: {mode} does not cut pairs yet: a prompt and completion longer "
                        "than max_seq_length are dropped and counted (too_long)")
     elif truncate:
@@ -401,8 +453,8 @@ def _truncation(truncate: Any, notices: list) -> str:
                        "keep_end, as 2.10")
         how = "keep_end"
     if "max_turn_length" in truncate:
-        notices.append("dataset.truncate_to_msl.max_turn_length: no per-turn floor here: the longest contents are "
-                       "cut first (README, Chat)")
+        notices.append("dataset.truncate_to_msl.max_turn_length: no per-turn floor here: the prompt (user turns, "
+                       "longest first) is cut before the answer (README: Chat, Summarization)")
     return how
 
 
@@ -418,7 +470,8 @@ def merge_sections(ours: dict, raw: dict) -> dict:
     out = {name: dict(body) for name, body in ours.items()}
     for name in _SECTIONS:
         for key, value in (raw.get(name) or {}).items():
-            if key == "mode" or key not in out.setdefault(name, {}):
+            # 2.10's value where ours is not set: custom_tokenizer gpt2tokenizer is ours tokenizer_type
+            if key == "mode" or out.setdefault(name, {}).get(key) is None:
                 out[name][key] = value
     return out
 
@@ -434,3 +487,8 @@ _STRIPPING_HOOKS = ("text_read_hook", "chat_read_hook")
 
 def hook_strips(spec: Optional[str]) -> bool:
     return hook_name(spec) in _STRIPPING_HOOKS
+
+
+def uses_regions(spec: Optional[str]) -> bool:
+    """Whether a config's read hook gives the rows its regions (REGION_HOOK) rather than one of our modes."""
+    return spec is not None and hook_name(spec) not in SUPPORTED_HOOKS

@@ -86,9 +86,26 @@ SETTINGS: tuple[Setting, ...] = (
     _s("subsets", "setup", "list", None, "comma-separated top-level directories of input_dir: each a subset"),
     _s("processes", "setup", "int", 0,
        "worker processes for the local runner (0: Beam's default); recorded for compatibility"),
+    _s("txt_lines", "setup", "bool", False,
+       "a .txt file is one record per line (Cerebras 2.10's reading: universal newlines; a blank line is counted "
+       "as dropped, blank_line) instead of one document per file; default True for a 2.10 config or hf_dataset"),
+    _s("hf_dataset", "setup", "str", None,
+       "read a Hugging Face dataset instead of input_dir: its name on the Hub, or a directory laid out as one. "
+       "The files of hf_split are found at launch (pip install 'create-hdf5-dataset[huggingface]') and read as "
+       "input files: .parquet, .jsonl, .json.gz, .jsonl.zst, .txt"),
+    _s("hf_split", "setup", "str", None, "the split of hf_dataset to read: train, validation, ... (a+b: both)"),
+    _s("hf_options", "setup", "mapping", None,
+       "hf_dataset's other load_dataset arguments, a mapping (command line: a JSON object): name (its config), "
+       "data_dir, data_files, revision"),
     # processing
     _s("tokenizer_type", "processing", "str", None, "GPT2Tokenizer | NeoXTokenizer | HuggingFaceTokenizer"),
     _s("huggingface_tokenizer", "processing", "str", None, "hub name or local directory"),
+    _s("custom_tokenizer", "processing", "str", None,
+       "with tokenizer_type HuggingFaceTokenizer: 'module:Class' (Cerebras 2.10's custom tokenizer): the class, "
+       "built with tokenizer_params, wraps a Hugging Face fast tokenizer, whose files the job then uses"),
+    _s("tokenizer_params", "processing", "mapping", None,
+       "keyword arguments of the custom tokenizer, or of AutoTokenizer.from_pretrained for huggingface_tokenizer "
+       "(YAML mapping, or JSON on the command line)"),
     _s("vocab_file", "processing", "str", None, "GPT-2 vocab.bpe (merges)"),
     _s("encoder_file", "processing", "str", None, "GPT-2 encoder.json, or NeoX tokenizer.json"),
     _s("eos_id", "processing", "int", None, "override the EOS id (also sets pad)"),
@@ -178,8 +195,8 @@ SETTINGS: tuple[Setting, ...] = (
        "the end-of-turn token right after it; the template's text after the last turn stays, untrained; the default "
        "for a 2.10 config)", modes=CONVERSATION_MODES),
     _s("truncate", "dataset", "str", None,
-       "a conversation too long for a row: dropped (default), or cut: keep_start | keep_end of each turn",
-       modes=CONVERSATION_MODES),
+       "a conversation (or Summarization pair) too long for a row: dropped (default), or cut: keep_start | "
+       "keep_end of each turn (of the prompt; then the completion's end)", modes=CONVERSATION_MODES + (SUMMARIZATION,)),
     _s("chosen_key", "dataset", "str", "chosen",
        "record key of the chosen response (a string, or a list of messages ending with it)", modes=(DPO,)),
     _s("rejected_key", "dataset", "str", "rejected",
@@ -223,8 +240,25 @@ class Config:
         return dict(self.sources)[name]
 
     @property
+    def region_hook(self) -> bool:
+        """A 2.10 config whose read hook's regions make the rows (pipelines.cerebras210.REGION_HOOK)."""
+        from pipelines.cerebras210 import uses_regions
+
+        return uses_regions(self.read_hook)
+
+    @property
+    def hook_kwargs(self) -> dict:
+        """A 2.10 config's processing.read_hook_kwargs."""
+        raw = json.loads(self.cerebras_config) if self.cerebras_config else {}
+        return dict((raw.get("processing") or {}).get("read_hook_kwargs") or {})
+
+    @property
     def keys_tuple(self) -> tuple[str, ...]:
         """Record keys to read, in the order the mode consumes them."""
+        if self.region_hook:  # the hook's `*_key` columns, each as its JSON value (the hook sees the values)
+            from transforms.core.hooks210 import hook_columns
+
+            return tuple(JsonKey(c) for c in hook_columns(self.hook_kwargs))
         if self.mode in SUMMARIZATION_MODES:
             return (self.prompt_key, self.completion_key)
         if self.mode in CONVERSATION_MODES:
@@ -259,6 +293,10 @@ class Config:
         relevant["mode"] = self.mode
         if self.read_hook:  # a 2.10 hook decides what is read (and whether texts are stripped)
             relevant["read_hook"] = self.read_hook
+            relevant["read_hook_kwargs"] = self.hook_kwargs
+            if self.region_hook:  # the config's region weights and masks
+                processing = json.loads(self.cerebras_config).get("processing") or {}
+                relevant["semantic"] = {k: v for k, v in processing.items() if k.startswith("semantic_")}
         return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -344,6 +382,11 @@ def _coerce(s: Setting, raw: Any, origin: str) -> Any:
             if text not in ("NFC", "NFKC"):
                 raise ValueError("expected NFC, NFKC or None")
             return text
+        if s.type == "mapping":
+            value = json.loads(raw) if isinstance(raw, str) else raw
+            if not isinstance(value, dict):
+                raise ValueError("expected a mapping (on the command line: a JSON object)")
+            return json.dumps(value, sort_keys=True)  # as text: a Config's values must be hashable
         if s.type in ("splits", "context"):
             if isinstance(raw, str) and raw.strip().startswith("{"):
                 raw = yaml.safe_load(raw)  # the YAML form, inline on the command line
@@ -460,6 +503,8 @@ def load_config(argv: list[str]) -> tuple[Config, list[str]]:
     else:
         yaml_values = _flatten_yaml(_read_yaml(args.params), mode, args.params) if args.params else {}
         defaults = {}
+    if cli.get("hf_dataset") or yaml_values.get("hf_dataset"):
+        defaults = {**defaults, "txt_lines": True}  # 🤗 datasets reads a .txt a line a record, so its jobs do
 
     values, sources = {}, {}
     for s in SETTINGS:
@@ -497,8 +542,13 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
     elif tt == "NeoXTokenizer":
         _require(bool(v["encoder_file"]), "--encoder_file (tokenizer.json) is required for NeoXTokenizer")
     else:
-        _require(bool(v["huggingface_tokenizer"]), "--huggingface_tokenizer is required for HuggingFaceTokenizer")
-    _require(bool(v["input_dir"]) or bool(v["metadata_files"]), "--input_dir or --metadata_files is required")
+        _require(bool(v["huggingface_tokenizer"]) != bool(v["custom_tokenizer"]),
+                 "HuggingFaceTokenizer needs --huggingface_tokenizer or --custom_tokenizer module:Class (one)")
+        _require(not v["custom_tokenizer"] or ":" in v["custom_tokenizer"],
+                 f"custom_tokenizer: expected 'module:Class', got {v['custom_tokenizer']!r}")
+    _require(not json.loads(v["tokenizer_params"] or "{}") or tt == "HuggingFaceTokenizer",
+             "tokenizer_params: arguments of a custom_tokenizer or of a Hugging Face tokenizer only")
+    _validate_source(v)
     msl = v["max_seq_length"]
     _require(msl >= 2, f"max_seq_length: must be at least 2, got {msl}")
     _require(v["min_sequence_len"] >= 0, "min_sequence_len: must be >= 0")
@@ -542,6 +592,8 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
                  f"truncate: {v.get('truncate')!r} is not one of keep_start, keep_end")
         _require(v.get("max_prompt_length") is None or v["max_prompt_length"] >= 1, "max_prompt_length: must be >= 1")
     if mode in SUMMARIZATION_MODES:
+        _require(v.get("truncate") in (None, "keep_start", "keep_end"),
+                 f"truncate: {v.get('truncate')!r} is not one of keep_start, keep_end")
         _require(bool(v["prompt_key"]), f"--prompt_key is required for {mode}")
         _require(bool(v["completion_key"]), f"--completion_key is required for {mode}")
         _require(not v["keys"], f"dataset.keys does not apply to {mode}: use prompt_key/completion_key")
@@ -571,6 +623,29 @@ def job_max_seq_lengths(v: dict) -> list[tuple[str, int]]:
     if not v.get("context_splits") and not all(c for _, _, c in v.get("data_splits") or ((None, 1, None),)):
         out.append(("max_seq_length", v["max_seq_length"]))
     return out
+
+
+def _validate_source(v: dict) -> None:
+    """One source of input files: input_dir, metadata_files, or a Hugging Face dataset's split."""
+    if not v["hf_dataset"]:
+        _require(bool(v["input_dir"]) or bool(v["metadata_files"]),
+                 "--input_dir, --metadata_files or --hf_dataset is required")
+        for name in ("hf_split", "hf_options"):
+            _require(v[name] is None, f"{name} applies to hf_dataset, which is not set")
+        return
+    _require(not v["input_dir"] and not v["metadata_files"],
+             "hf_dataset and input_dir/metadata_files are both set: choose one source of input files")
+    _require(bool(v["hf_split"]), "hf_split is required with hf_dataset (train, validation, ...)")
+    _require(not v["top_level_as_subsets"] and not v["subsets"],
+             "subsets are top-level directories of input_dir: they do not apply to hf_dataset")
+    _require(v["txt_lines"], "txt_lines False does not apply to hf_dataset: 🤗 datasets reads a .txt a line a record")
+    if v["hf_options"]:
+        from transforms.io.hf_datasets import check_options
+
+        try:
+            check_options(json.loads(v["hf_options"]))
+        except ValueError as e:
+            raise ConfigError(f"hf_options: {e}") from None
 
 
 def _validate_splits(v: dict, sources: dict) -> None:

@@ -40,16 +40,18 @@ from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
 from transforms.core.records import InputFile, PerPart
+from transforms.core.regions import RegionDefaults
 from transforms.core.splits import SplitPlan, check_name, make_split_plan, subset_of
 from transforms.core.summarization import SummarizationConfig
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.core.vsl import VslConfig
 from transforms.io import fs, progress
 from transforms.io.discover import discover_input_files
+from transforms.io.hf_datasets import HfDatasetError, resolve_split_files
 from transforms.io.compressors import Codec
 from transforms.io.hdf5_format import GZIP_LEVEL
 from transforms.io.hdf5_sink import EncodeRows, RowFormat, WriteHdf5Shards
-from transforms.io.hooks import HookSpec, hook_source, parse_hook_spec
+from transforms.io.hooks import HookSpec, ReadHookCheck, hook_source, load_hook, parse_hook_spec
 from transforms.io.intermediate import STORED, SkipStoredGroups, StoreGroups
 from transforms.io.job_progress import FlinkRestMetrics, JobProgress, live_metrics
 from transforms.io.dead_letters import DEAD_LETTER_DIR, WriteDeadLetters
@@ -116,6 +118,9 @@ class JobPlan:
     process_cpus: Optional[int] = None  # cores one worker process may use; None: all of this machine's
     splits: Optional[SplitPlan] = None  # several datasets under output_dir (subsets, splits, lengths); None: one
     hook: Optional[HookSpec] = None  # a Cerebras 2.10 config's read hook (its source is saved as OUT/hook.py)
+    hook_kwargs: tuple = ()  # its read_hook_kwargs, as sorted (name, value) pairs
+    region_defaults: Optional[RegionDefaults] = None  # the config's semantic_* maps, when the hook's regions count
+    txt_lines: bool = False  # a .txt file is a record per line (Cerebras 2.10's reading), else one document
 
     @property
     def features(self) -> tuple:
@@ -306,11 +311,7 @@ LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner", "Bundle
 
 def plan_job(config: Config) -> JobPlan:
     """Resolve inputs and the tokenizer; raise UserError for anything the user must fix."""
-    try:
-        paths = discover_input_files(config.input_dir, list(config.metadata_files or []) or None)
-    except (FileNotFoundError, ValueError) as e:
-        raise UserError(str(e)) from None
-    root = None if config.metadata_files else config.input_dir
+    paths, root = _input_paths(config)
     relpaths = [_relpath(p, root) for p in paths]
     subsets = _subsets(config, relpaths)
     if subsets != (None,):
@@ -363,6 +364,7 @@ def plan_job(config: Config) -> JobPlan:
              # The files' bytes depend on the library's version too (their rows never do).
              "compression": {"compressor": codec.name, "gzip_level": codec.level, "library": codec.version()},
              "config_fingerprint": config.fingerprint()}
+    hook = _hook_spec(config)
     chat = _chat_config(config, tok_files, tokenizer) if config.mode in CHAT_MODES else None
     vsl = None
     if config.mode in VSL_MODES and chat is None:
@@ -391,7 +393,7 @@ def plan_job(config: Config) -> JobPlan:
         summarization=SummarizationConfig(
             max_seq_length=config.max_seq_length, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
             sep_id=tokenizer.sep_id, min_sequence_len=config.min_sequence_len,
-            inverted_mask=config.inverted_mask) if config.mode == SUMMARIZATION else None,
+            inverted_mask=config.inverted_mask, truncate=config.truncate) if config.mode == SUMMARIZATION else None,
         fim=fim,
         vsl=vsl,
         chat=chat,
@@ -410,15 +412,50 @@ def plan_job(config: Config) -> JobPlan:
         codec=codec,
         resume=config.resume_from_checkpoint,
         splits=splits,
-        hook=_hook_spec(config),
+        hook=hook,
+        txt_lines=config.txt_lines,
+        hook_kwargs=tuple(sorted(config.hook_kwargs.items())),
+        region_defaults=_region_defaults(config) if config.region_hook else None,
     )
 
 
+def _input_paths(config: Config) -> tuple[list, Optional[str]]:
+    """The input files, and the root their relative paths (the identity seeds derive from) count from.
+
+    A Hugging Face dataset's split is resolved to its files here, at launch, once (transforms.io.hf_datasets).
+    """
+    if config.hf_dataset:
+        try:
+            found = resolve_split_files(config.hf_dataset, config.hf_split, json.loads(config.hf_options or "{}"))
+        except HfDatasetError as e:
+            raise UserError(str(e)) from None
+        return list(found.files), found.root
+    try:
+        paths = discover_input_files(config.input_dir, list(config.metadata_files or []) or None)
+    except (FileNotFoundError, ValueError) as e:
+        raise UserError(str(e)) from None
+    return paths, None if config.metadata_files else config.input_dir
+
+
 def _hook_spec(config: Config) -> Optional[HookSpec]:
+    """The config's read hook; one whose regions make the rows is loaded here, so that a hook that cannot be
+    imported (or a file that does not compile) fails now, not on every worker."""
     if config.read_hook is None:
         return None
     try:
-        return parse_hook_spec(config.read_hook)
+        spec = parse_hook_spec(config.read_hook)
+        if config.region_hook:
+            load_hook(spec)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    return spec
+
+
+def _region_defaults(config: Config) -> RegionDefaults:
+    raw = json.loads(config.cerebras_config)
+    try:
+        return RegionDefaults.from_processing(raw.get("processing") or {},
+                                              pretraining=config.mode not in CHAT_MODES)
     except ValueError as e:
         raise UserError(str(e)) from None
 
@@ -504,7 +541,8 @@ def _chat_config(config: Config, files: TokenizerFiles, tokenizer) -> ChatConfig
         train_on_all_assistant_turns=bool(getattr(config, "train_on_all_assistant_turns", True)),
         truncate=getattr(config, "truncate", None), max_prompt_length=int(getattr(config, "max_prompt_length", 512)),
         pack_sequences=config.pack_sequences,
-        loss_span=getattr(config, "chat_loss_span", "turn"))
+        loss_span=getattr(config, "chat_loss_span", "turn"), regions=config.region_hook,
+        bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
 
 
 def _check_dtypes(config: Config, vocab_size: int) -> None:
@@ -525,8 +563,8 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         | "InputFiles" >> ReadInputManifest(plan.input_manifest)
         | "ReadCorpus" >> ReadCorpus(keys=plan.keys, join_keys=plan.join_keys, group_bytes=plan.group_bytes,
                                      max_record_bytes=plan.max_record_bytes, unit_groups=plan.unit_groups,
-                                     fan_out_bytes=plan.fan_out_bytes,
-                                     check=RecordCheck(plan.chat) if plan.chat else None)
+                                     fan_out_bytes=plan.fan_out_bytes, txt_lines=plan.txt_lines,
+                                     check=_record_check(plan))
     )
     docs, stored = read[DOCS], None
     if plan.storage_dir and plan.resume:
@@ -537,6 +575,14 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         rows = _rows(plan, _tokens(plan, docs) if plan.chat is None else docs)
         return _write(plan, rows, stored, dead_letters)
     return _build_splits(plan, docs, stored, dead_letters)
+
+
+def _record_check(plan: JobPlan):
+    """What the reader asks of each record it parsed: a read hook's regions, a chat's well-formedness, nothing."""
+    if plan.region_defaults is not None:  # pretraining: the regions' text is the document
+        return ReadHookCheck(plan.hook, dict(plan.hook_kwargs), tuple(map(str, plan.keys)), plan.region_defaults,
+                             as_text=plan.chat is None)
+    return RecordCheck(plan.chat) if plan.chat else None
 
 
 def _build_splits(plan: JobPlan, docs, stored, dead_letters):

@@ -9,11 +9,13 @@ finds the same tokenizer built (`shared_tokenizer` is keyed by these files
 and settings) or waits for it under its lock.
 """
 
+import json
+
 from pipelines.config import CHAT_MODES, SUMMARIZATION_MODES, Config
 from transforms.core.chat.template import CHATML_TOKENS, template_from_config
 from transforms.core.detok import DetokCounter
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
-from transforms.io.tokenizer_files import read_tokenizer_files
+from transforms.io.tokenizer_files import autotokenizer_files, custom_tokenizer_files, read_tokenizer_files
 
 __all__ = ["chat_template_setting", "tokenizer_files", "warm"]
 
@@ -37,13 +39,20 @@ def chat_template_setting(config: Config, files: TokenizerFiles):
 
 
 def _read(config: Config, chat_template) -> TokenizerFiles:
-    return read_tokenizer_files(
-        config.tokenizer_type, vocab_file=config.vocab_file, encoder_file=config.encoder_file,
-        huggingface_tokenizer=config.huggingface_tokenizer, eos_id=config.eos_id, pad_id=config.pad_id,
+    settings = dict(
+        eos_id=config.eos_id, pad_id=config.pad_id,
         sep_token=config.sep_token if config.mode in SUMMARIZATION_MODES else None,
         backend=config.tokenizer_backend, check_share=config.tokenizer_cross_check, check_seed=config.seed,
         # ChatML's markers must be tokens for its turns to end in one: added where the vocabulary lacks them.
         extra_special_tokens=CHATML_TOKENS if chat_template == "chatml" else ())
+    params = json.loads(config.tokenizer_params or "{}")  # a mapping setting is kept as JSON text
+    if config.custom_tokenizer:
+        return custom_tokenizer_files(config.custom_tokenizer, params, **settings)
+    if params:  # huggingface_tokenizer with AutoTokenizer's arguments
+        return autotokenizer_files(config.huggingface_tokenizer, params, **settings)
+    return read_tokenizer_files(
+        config.tokenizer_type, vocab_file=config.vocab_file, encoder_file=config.encoder_file,
+        huggingface_tokenizer=config.huggingface_tokenizer, **settings)
 
 
 def warm(config: Config) -> None:

@@ -162,3 +162,51 @@ _FEATURES = {
 for _mode in ("LMData", "FIM", "Chat", "Summarization"):
     _FEATURES[_mode] = ("input_ids", "attention_mask", "labels")
 del _mode
+
+
+# ---------------------------------------------------------------- our own examples (configs/cerebras210)
+
+OURS = Path(__file__).resolve().parents[1] / "configs" / "cerebras210"
+EXAMPLE_MODES = {"lm": "LMData", "lm_vsl": "LMData_VSL", "lm_splits": "LMData", "fim": "FIM",
+                 "summarization": "Summarization", "chat": "Chat", "dpo": "DPO", "nlg": "Summarization",
+                 "own_hook": "Chat"}
+
+
+def test_every_example_config_loads_as_its_mode(tmp_path, monkeypatch):
+    from pipelines.config import load_config
+
+    assert sorted(p.stem for p in OURS.glob("*.yaml")) == sorted(EXAMPLE_MODES)
+    (tmp_path / "my_hooks.py").write_text("def qa_hook(example, **kwargs):\n    return []\n")
+    monkeypatch.chdir(tmp_path)  # own_hook.yaml names ./my_hooks.py
+    for name, mode in EXAMPLE_MODES.items():
+        config, _ = load_config(["--config", str(OURS / f"{name}.yaml")])
+        assert config.mode == mode, name
+
+
+@pytest.mark.parametrize("name", ["lm", "lm_vsl"])
+def test_runnable_examples_run(name, tmp_path, monkeypatch):
+    """The examples that name this repository's sample data and GPT-2 files run as they are (from its root)."""
+    from pipelines.create_hdf5_dataset import main
+    from pipelines.tools.verify import verify_dataset
+
+    monkeypatch.chdir(OURS.parents[1])
+    out = tmp_path / "out"
+    assert main(["--config", f"configs/cerebras210/{name}.yaml", "--output_dir", str(out), *RUNNER]) == 0
+    assert verify_dataset(str(out)).ok
+
+
+def test_summarization_truncate_to_msl_cuts_the_pairs(tmp_path):
+    """2.10's shipped summarization config asks for truncate_to_msl (spelt truncation_mode: keep_start): pairs
+    longer than the row are cut, the prompt first, instead of dropped."""
+    require_shared()
+    from pipelines.create_hdf5_dataset import main
+
+    config = _config("summarization_preprocessing", tmp_path, _pairs("source", "target")(tmp_path / "input"))
+    short = tmp_path / "short.yaml"
+    short.write_text(config.read_text().replace("max_seq_length: 2048", "max_seq_length: 256"))
+    assert main(["--config", str(short), *RUNNER]) == 0
+    params = json.loads((tmp_path / "out" / "data_params.json").read_text())
+    assert params["input"]["used"] == 120 and not params["input"]["dropped_by_reason"]
+    assert params["dataset"]["truncate"] == "keep_start"
+    rows = read_rows(tmp_path / "out")
+    assert (rows[:, 1].sum(axis=1) > 0).all()  # every row still trains its completion

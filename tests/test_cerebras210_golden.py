@@ -28,8 +28,18 @@ def _golden_rows(case: str) -> np.ndarray:
     return np.concatenate([h5py.File(f, "r")["data"][()] for f in files])
 
 
+_RUNS: dict = {}
+
+
 def _run(case: str, tmp_path: Path) -> tuple[dict, Path]:
-    """Our job on the case's config as 2.10 ran it (paths relative to shared/reference), output elsewhere."""
+    """Our job on the case's config as 2.10 ran it (paths relative to shared/reference), output elsewhere; run
+    once per case for the whole module (the tests only read it)."""
+    if case not in _RUNS:
+        _RUNS[case] = _run_once(case, tmp_path)
+    return _RUNS[case]
+
+
+def _run_once(case: str, tmp_path: Path) -> tuple[dict, Path]:
     from pipelines.create_hdf5_dataset import main
 
     require_shared(GOLDEN_210)

@@ -71,3 +71,32 @@ def test_batch_with_every_record_dropped():
     assert dict(out.stats.totals) == {"dropped.too_long": 3}
     assert out.stats.sources == {GROUP.source: {"dropped.too_long": 3}}
     assert len(summarization_batch(TokenBatch(GROUP, []), cfg)) == 0
+
+
+# ---------------------------------------------------------------- truncate (Cerebras 2.10's truncate_to_msl)
+
+
+def test_truncate_cuts_the_prompt_first_keeping_the_side_asked():
+    from transforms.core.summarization import SummarizationConfig, summarization_row
+
+    p, c = np.array([1, 2, 3, 4, 5]), np.array([6, 7, 8])
+    for mode, kept in (("keep_start", [1, 2, 3]), ("keep_end", [3, 4, 5])):
+        cfg = SummarizationConfig(max_seq_length=6, eos_id=0, pad_id=9, min_sequence_len=2, truncate=mode)
+        row, reason = summarization_row(p, c, cfg)
+        assert reason is None
+        assert row[0].tolist() == kept + [6, 7, 8]  # 9 tokens with EOS, 2 too many: off the prompt
+        assert row[2].tolist() == kept[1:] + [6, 7, 8, 0]
+        assert row[1].tolist() == [0, 0, 1, 1, 1, 1]
+    cfg = SummarizationConfig(max_seq_length=6, eos_id=0, pad_id=9, min_sequence_len=2)
+    assert summarization_row(p, c, cfg) == (None, "too_long")  # without truncate: dropped
+
+
+def test_truncate_then_cuts_the_completion_tail_and_drops_what_cannot_fit():
+    from transforms.core.summarization import SummarizationConfig, summarization_row
+
+    cfg = SummarizationConfig(max_seq_length=4, eos_id=0, pad_id=9, min_sequence_len=2, truncate="keep_end")
+    row, _ = summarization_row(np.array([1, 2, 3]), np.array([6, 7, 8, 5]), cfg)
+    assert row[0].tolist() == [3, 6, 7, 8] and row[2].tolist() == [6, 7, 8, 0]  # prompt to 1 token, C to 3
+    cfg = SummarizationConfig(max_seq_length=2, eos_id=0, pad_id=9, min_sequence_len=2, truncate="keep_end",
+                              sep_id=4)
+    assert summarization_row(np.array([1, 2]), np.array([6, 7]), cfg) == (None, "too_long")  # 1 + sep + 1 + EOS

@@ -240,7 +240,7 @@ def _key_numbers(data: ReportData) -> list[tuple[str, list]]:
     setup, proc, ds = p.get("setup") or {}, p.get("processing") or {}, p.get("dataset") or {}
     config = [("mode", data.spec.mode), ("written by", "reference" if data.spec.producer == V.REFERENCE
                                          else "create_hdf5_dataset")]
-    for key in ("input_dir", "metadata_files"):
+    for key in ("input_dir", "metadata_files", "hf_dataset", "hf_split"):
         if setup.get(key):
             config.append((key, setup[key]))
     for key in ("tokenizer_type", "huggingface_tokenizer", "encoder_file", "vocab_file", "max_seq_length", "seed"):

@@ -8,7 +8,7 @@ costs bandwidth at terabyte scale.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -34,6 +34,13 @@ TOO_DEEP = "too_deep"
 MAX_JSON_DEPTH = 256
 
 RAW_PREVIEW_BYTES = 1024
+
+
+class Rewritten(NamedTuple):
+    """A reader's check found a record good and gives the values to hand on instead of the ones read (a read
+    hook's regions: the hook runs where the record's raw bytes are still at hand for a dead letter)."""
+
+    values: tuple
 
 
 class JsonKey(str):
@@ -187,6 +194,20 @@ class Document:
     @property
     def text(self) -> str:
         return self.values[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedRecord:
+    """A record read and deliberately not handed on: there is nothing in it, and nothing wrong with it.
+
+    A blank line of a .txt file read a line a record (Cerebras 2.10's reading) is one: it separates
+    lines, it is not damage. It counts as read, good and dropped for `reason` (input.dropped_by_reason),
+    so every line of a file is accounted for, without a dead letter for each blank line to bury the real
+    ones and without a bare EOS in the rows (2.10 writes no token for it either).
+    """
+
+    index: int  # 0-based record index within its file, as Document.index
+    reason: str
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,13 @@ For example P = [p1 p2], C = [c1 c2], no sep, msl = 6:
 With a sep token the position of sep (whose label is c1) carries the first 1.
 A record is kept when it fits (total = |P| + |C| + 1 (+1) <= msl + 1), a fix
 of the reference, which dropped records of exactly msl + 1 tokens.
+
+A longer record is dropped, or with `truncate` (Cerebras 2.10's
+`truncate_to_msl`) cut to fit: the prompt first, down to one token
+(keep_start keeps its head, keep_end its tail), then the completion's tail,
+down to one token; a record that still does not fit is dropped. For
+example |P| = 5, |C| = 3, no sep, msl = 6 (8 + 1 EOS = 9 tokens, 2 too many)
+keeps P[:3] (keep_start) or P[2:] (keep_end) and all of C.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ class SummarizationConfig:
     sep_id: Optional[int] = None
     min_sequence_len: int = 10
     inverted_mask: bool = False
+    truncate: Optional[str] = None  # None: a record too long is dropped; keep_start | keep_end: cut (see above)
 
 
 def summarization_row(prompt: np.ndarray, completion: np.ndarray, cfg: SummarizationConfig
@@ -46,6 +54,9 @@ def summarization_row(prompt: np.ndarray, completion: np.ndarray, cfg: Summariza
     msl = cfg.max_seq_length
     sep = [] if cfg.sep_id is None else [cfg.sep_id]
     total = len(prompt) + len(sep) + len(completion) + 1
+    if total > msl + 1 and cfg.truncate is not None:
+        prompt, completion = _cut(prompt, completion, total - (msl + 1), cfg.truncate)
+        total = len(prompt) + len(sep) + len(completion) + 1
     if total > msl + 1:
         return None, DROP_TOO_LONG
     if total < cfg.min_sequence_len:
@@ -59,6 +70,20 @@ def summarization_row(prompt: np.ndarray, completion: np.ndarray, cfg: Summariza
     if cfg.inverted_mask:
         mask ^= 1
     return np.stack([ids[:-1], mask, ids[1:]]), None
+
+
+def _cut(prompt: np.ndarray, completion: np.ndarray, excess: int, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """`excess` tokens off the prompt (to one token; `mode` says which end stays), then off the completion's
+    tail (to one token); what cannot be cut stays, and the caller drops the record."""
+    if mode not in ("keep_start", "keep_end"):
+        raise ValueError(f"truncate: expected keep_start or keep_end, got {mode!r}")
+    cut = min(excess, max(len(prompt) - 1, 0))
+    if cut:
+        prompt = prompt[:len(prompt) - cut] if mode == "keep_start" else prompt[cut:]
+    rest = excess - cut
+    if rest:
+        completion = completion[:max(len(completion) - rest, 1)]
+    return prompt, completion
 
 
 def summarization_batch(batch, cfg: SummarizationConfig):

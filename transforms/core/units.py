@@ -2,8 +2,9 @@
 
 A file's packing groups are fixed by its content and `group_bytes` alone:
 
-- .jsonl: group k holds the lines whose first byte lies in the k-th window of
-  `group_bytes` bytes of the file (a file of at most `group_bytes` is one group);
+- .jsonl (and a .txt read a line a record): group k holds the lines whose first
+  byte lies in the k-th window of `group_bytes` bytes of the file (a file of at
+  most `group_bytes` is one group);
 - .parquet: group k holds the k-th run of R consecutive rows, R chosen from the
   file's footer so that a group holds about `group_bytes` of column data (a
   file whose text columns hold at most `group_bytes` is one group);

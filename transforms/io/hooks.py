@@ -31,6 +31,7 @@ import dataclasses
 import hashlib
 import importlib
 import inspect
+import json
 import linecache
 import re
 import sys
@@ -39,10 +40,13 @@ import types
 from typing import Callable, Optional
 
 from transforms.core import hooks210
+from transforms.core.chat.hooked import regions_value
 from transforms.core.hooks210 import BUILTIN_HOOKS, MODELZOO_HOOKS_MODULE
+from transforms.core.records import Rewritten
+from transforms.core.regions import RegionDefaults, RegionError, read_semantic_array
 from transforms.io import fs
 
-__all__ = ["HookSpec", "hook_source", "load_hook", "parse_hook_spec"]
+__all__ = ["HookSpec", "ReadHookCheck", "hook_source", "load_hook", "parse_hook_spec"]
 
 BUILTIN_MODULE = hooks210.__name__
 
@@ -212,3 +216,58 @@ def _compile_hook_file(spec: HookSpec) -> types.ModuleType:
 
 def _builtin_names() -> str:
     return ", ".join(sorted(n for n in BUILTIN_HOOKS if ":" not in n))
+
+
+class ReadHookCheck:
+    """The reader's check (transforms.io.readers `check`) for a job whose records go through a read hook.
+
+    Runs the hook on the record's `*_key` columns (their values as read, JSON-decoded) and checks what it
+    returns (transforms.core.regions); a good record's values become its regions (`Rewritten`), a bad one is a
+    dead letter with its raw line: `hook_raised` with the exception, or the array's defect. It runs in the
+    reader so that the hook runs once per record and a dead letter still has the record's raw bytes.
+    Picklable: the hook is loaded on first use in each process (a hook file from the source in its spec).
+    """
+
+    def __init__(self, spec: HookSpec, kwargs: dict, columns: tuple, defaults: RegionDefaults,
+                 as_text: bool = False):
+        self.spec, self.kwargs, self.columns, self.defaults = spec, dict(kwargs), tuple(columns), defaults
+        # as_text (pretraining): the record is the regions' text joined, as one document of the LM modes.
+        self.as_text = as_text
+        self._hook: Optional[Callable] = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_hook": None}
+
+    def __call__(self, values: tuple):
+        if self._hook is None:
+            self._hook = load_hook(self.spec)
+        example = {c: json.loads(v) for c, v in zip(self.columns, values)}
+        try:
+            array = self._hook(example, **self.kwargs)
+        except Exception as e:  # noqa: BLE001 - the user's code: any failure is this record's, never the job's
+            return "hook_raised", f"{self.spec.function} raised {type(e).__name__}: {_short_text(e)}"
+        try:
+            regions = read_semantic_array(array, self.defaults)
+        except RegionError as e:
+            return e.reason, e.detail
+        if self.as_text:
+            return _document(regions)
+        return Rewritten((regions_value(regions),))
+
+
+def _document(regions) -> "tuple[str, str] | Rewritten":
+    """A pretraining record: its regions' text joined, when every region is trained and attended, which is all
+    the LM modes' rows can say (they train every token); else why not."""
+    for r in regions:
+        if r.loss_weight != 1:
+            return "untrained_region", (f"turn {r.turn} part {r.part}: loss weight {r.loss_weight}; pretraining rows "
+                                        "train every token (a hook in finetuning weights regions)")
+        if not r.attend:
+            return "attention_mask_not_written", (f"turn {r.turn} part {r.part}: its attention is masked, and "
+                                                  "pretraining rows have no attention feature")
+    return Rewritten(("".join(r.text for r in regions),))
+
+
+def _short_text(e: BaseException, limit: int = 500) -> str:
+    text = str(e)
+    return text if len(text) <= limit else text[:limit] + "..."

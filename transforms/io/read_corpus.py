@@ -6,10 +6,11 @@
                WorkUnit ─Reshuffle─► ReadLargeFiles ─► DocBatch ─Reshuffle─────────────────────┘
                                                    └─► DeadLetterPart
 
-A large .jsonl or .parquet file is planned as several work units that
-workers read in parallel (transforms.core.units says how its packing groups
-are fixed). A file that can only be read in order (a compressed stream, a
-tar) is read by one worker, which cuts it into packing groups of
+A large .jsonl or .parquet file (and a .txt read a line a record) is
+planned as several work units that workers read in parallel
+(transforms.core.units says how its packing groups are fixed). A file
+that can only be read in order (a compressed stream, a tar) is read by
+one worker, which cuts it into packing groups of
 `group_bytes` of text. When such a file is larger than `fan_out_bytes` on
 storage, its groups are handed to other workers through a Reshuffle as they
 are read, so tokenizing it does not wait on one core; smaller files are
@@ -44,7 +45,7 @@ import apache_beam as beam
 from apache_beam import pvalue
 
 from transforms.core.records import BYTES, ROWS, BadRecord, DeadLetterPart, DocBatch, Document, \
-    GroupId, InputFile, WorkUnit
+    GroupId, InputFile, SkippedRecord, WorkUnit
 from transforms.core.stats import Stats
 from transforms.core.timing import TIME_PREFIX
 from transforms.core.units import jsonl_units, parquet_units, whole_file
@@ -100,12 +101,15 @@ class ReadInputManifest(beam.PTransform):
 
 
 def plan_units(f: InputFile, keys: tuple, group_bytes: int, unit_groups: int,
-               fan_out_bytes: Optional[int] = None) -> list[WorkUnit]:
+               fan_out_bytes: Optional[int] = None, txt_lines: bool = False) -> list[WorkUnit]:
     """The work units of one file; a file whose layout cannot be read is one WHOLE unit (the reader reports why).
 
     fan_out_bytes: a file read in order and larger than this hands its groups on (None: never).
+    txt_lines: a .txt is a record per line, shared out by byte range exactly as a .jsonl (else one document).
     """
     ext = extension_of(f.path)
+    if ext == ".txt" and txt_lines and len(keys) == 1:  # (with other keys the reader refuses the file, once)
+        ext = ".jsonl"
     if ext == ".txt" or (fan_out_bytes is None and ext not in (".jsonl", ".parquet")):
         return whole_file(f)  # no size needed: don't ask the storage for one
     if f.size is None:
@@ -158,7 +162,8 @@ class _DeadLetters:
 _END = object()  # after the last record of a group
 
 
-def _records(unit: WorkUnit, keys: tuple, max_record_bytes: int, position: StreamPosition, check=None):
+def _records(unit: WorkUnit, keys: tuple, max_record_bytes: int, position: StreamPosition, check=None,
+             txt_lines: bool = False):
     """(group index, record) in file order; for BYTES and ROWS units also (k, _END) after group k.
 
     A WHOLE unit yields None for the group: the reader cuts it by size as it goes.
@@ -169,7 +174,7 @@ def _records(unit: WorkUnit, keys: tuple, max_record_bytes: int, position: Strea
         for k in range(unit.first_group, unit.end_group):
             end = None if k == unit.num_groups - 1 else (k + 1) * unit.group_size
             for record in read_records(f.path, keys, max_record_bytes, byte_range=(k * unit.group_size, end),
-                                       first_line=line, check=check):
+                                       first_line=line, check=check, txt_lines=txt_lines):
                 line += 1
                 yield k, record
             yield k, _END
@@ -185,13 +190,16 @@ def _records(unit: WorkUnit, keys: tuple, max_record_bytes: int, position: Strea
         for k in range(k, unit.end_group):
             yield k, _END
     else:
-        for record in read_records(f.path, keys, max_record_bytes, position=position, check=check):
+        for record in read_records(f.path, keys, max_record_bytes, position=position, check=check,
+                                   txt_lines=txt_lines):
             yield None, record
 
 
 class _ReadUnitFn(beam.DoFn):
-    def __init__(self, keys: tuple, join_keys: bool, group_bytes: int, max_record_bytes: int, check=None):
+    def __init__(self, keys: tuple, join_keys: bool, group_bytes: int, max_record_bytes: int, check=None,
+                 txt_lines: bool = False):
         self._keys = keys
+        self._txt_lines = txt_lines
         self._join_keys = join_keys
         self._check = check
         self._group_bytes = group_bytes
@@ -226,7 +234,7 @@ class _ReadUnitFn(beam.DoFn):
 
         k = unit.first_group
         # The check runs in the reader, which still holds the record's raw bytes for its dead letter.
-        for at, record in _records(unit, self._keys, self._max_record_bytes, position, self._check):
+        for at, record in _records(unit, self._keys, self._max_record_bytes, position, self._check, self._txt_lines):
             if at is not None:
                 k = at
             if record is _END:
@@ -240,6 +248,10 @@ class _ReadUnitFn(beam.DoFn):
                 part = letters.add(record)
                 if part is not None:
                     yield pvalue.TaggedOutput(DEAD_LETTERS, part)
+                continue
+            if type(record) is SkippedRecord:  # nothing in it to hand on: good, and dropped here
+                stats.add("docs_good", 1, f.path)
+                stats.add(f"dropped.{record.reason}", 1, f.path)
                 continue
             if self._join_keys and len(record.values) > 1:
                 record = Document(record.index, ("\n\n".join(record.values),), record.member)
@@ -303,7 +315,7 @@ class ReadCorpus(beam.PTransform):
     """PCollection[InputFile] -> {DOCS: DocBatch, DEAD_LETTERS: DeadLetterPart}."""
 
     def __init__(self, *, keys: tuple, join_keys: bool, group_bytes: int, max_record_bytes: int = 256 << 20,
-                 unit_groups: int, fan_out_bytes: Optional[int] = None, check=None):
+                 unit_groups: int, fan_out_bytes: Optional[int] = None, check=None, txt_lines: bool = False):
         """unit_groups: packing groups per work unit of a .jsonl/.parquet file (who reads what, not the output).
 
         fan_out_bytes: a file read in order and larger than this on storage hands its groups
@@ -312,13 +324,17 @@ class ReadCorpus(beam.PTransform):
         check: a picklable callable, values -> None for a usable record, or (reason, detail) for one that is
         bad although it parsed (a conversation with an unknown role): it is dead-lettered in file order with
         the readers' own bad records, and counted as bad, never as read and then lost.
+
+        txt_lines: a .txt file is a record per line (Cerebras 2.10's reading), split into work units as a .jsonl
+        is; its blank lines count as read and dropped (`blank_line`). Else a .txt file is one document.
         """
         super().__init__()
         self._keys = keys
         self._group_bytes = group_bytes
         self._unit_groups = unit_groups
         self._fan_out_bytes = fan_out_bytes
-        self._fn = _ReadUnitFn(keys, join_keys, group_bytes, max_record_bytes, check)
+        self._txt_lines = txt_lines
+        self._fn = _ReadUnitFn(keys, join_keys, group_bytes, max_record_bytes, check, txt_lines)
 
     def expand(self, files):
         units = (
@@ -326,7 +342,7 @@ class ReadCorpus(beam.PTransform):
             # Spread files over workers: they arrive in one bundle.
             | "SpreadFiles" >> beam.Reshuffle()
             | "PlanUnits" >> beam.FlatMap(plan_units, self._keys, self._group_bytes, self._unit_groups,
-                                          self._fan_out_bytes)
+                                          self._fan_out_bytes, self._txt_lines)
         )
         if self._fan_out_bytes is None:
             read = self._read(units, "SpreadUnits", "ReadUnits")

@@ -6,6 +6,10 @@ reason) instead of a crash or a silent skip, and good neighbours always
 survive. Everything streams: this is the hot path of a terabyte-scale job, and
 a single .jsonl can be many gigabytes.
 
+A .txt file is one document (2.1.1), or one record per line (`txt_lines`: Cerebras
+2.10 reads it so); a blank line of it is a SkippedRecord, counted as dropped, not a
+dead letter: blank lines separate a text file's lines, they are not damage.
+
 Only errors about the file itself are dead-lettered: its content (corrupt,
 truncated, not in its format, a record over MAX_RECORD_BYTES), or its absence
 (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError).
@@ -49,15 +53,18 @@ from transforms.core.records import (
     ConversationKey,
     Document,
     JsonKey,
+    Rewritten,
+    SkippedRecord,
 )
 from transforms.io.discover import extension_of
 
-# A look at a parsed record's values: None, or (reason, detail) for a bad one.
-Check = Callable[[tuple], Optional[tuple[str, str]]]
+# A look at a parsed record's values: None (good), (reason, detail) for a bad one, or Rewritten(values) for a good
+# one whose values it replaces.
+Check = Callable[[tuple], "Optional[tuple[str, str] | Rewritten]"]
 
 __all__ = ["Record", "Check", "read_records", "MAX_RECORD_BYTES", "file_size", "parquet_shape", "StreamPosition"]
 
-Record = Union[Document, BadRecord]
+Record = Union[Document, BadRecord, SkippedRecord]  # SkippedRecord: a blank line of a .txt read by line
 
 # Compressed input per decoder call. Text rarely expands more than ~10x, so
 # this keeps each decoded block in the low megabytes.
@@ -123,7 +130,7 @@ class StreamPosition:
 def read_records(path: str, keys: tuple[str, ...], max_record_bytes: Optional[int] = None, *,
                  byte_range: Optional[tuple[int, Optional[int]]] = None, rows: Optional[tuple[int, int]] = None,
                  first_line: int = 0, position: Optional[StreamPosition] = None,
-                 check: Optional[Check] = None) -> Iterator[Record]:
+                 check: Optional[Check] = None, txt_lines: bool = False) -> Iterator[Record]:
     """Yield the Documents and BadRecords of one input file, in file order.
 
     Never raises for bad data; a file that is missing or cannot be read yields
@@ -141,6 +148,9 @@ def read_records(path: str, keys: tuple[str, ...], max_record_bytes: Optional[in
     `check`, if given, looks at every record that parsed (values -> None, or (reason, detail) for a bad one, such
     as a conversation with an unknown role): a refused record is a BadRecord like the readers' own, with the
     raw bytes of its line (a .parquet row: its key columns as JSON; a .txt file: its text).
+
+    `txt_lines`: a .txt file is one record per line (Cerebras 2.10, which reads it with Hugging Face's "text"
+    builder; see `_read_txt_lines`), and is read by byte range like a .jsonl; otherwise it is one document.
     """
     keys = tuple(keys)
     if not keys:
@@ -152,15 +162,18 @@ def read_records(path: str, keys: tuple[str, ...], max_record_bytes: Optional[in
     if cap < 1:
         raise ValueError(f"max_record_bytes must be positive, got {cap}")
     part: dict = {}
+    by_line = ext == ".txt" and txt_lines
     if byte_range is not None or first_line:
-        if ext != ".jsonl":
+        if ext == ".txt" and not by_line:
+            raise ValueError(f"a .txt file is read by byte range only a line a record (txt_lines): {path}")
+        if ext != ".jsonl" and not by_line:
             raise ValueError(f"only .jsonl files are read by byte range: {path}")
         part = {"byte_range": byte_range or (0, None), "first_line": first_line}
     if rows is not None:
         if ext != ".parquet":
             raise ValueError(f"only .parquet files are read by row range: {path}")
         part = {"rows": rows}
-    reader = _READERS[ext]
+    reader = _read_txt_lines if by_line else _READERS[ext]
     special = _not_a_regular_file(path)
     if special is not None:
         yield _unreadable(path, special)
@@ -474,6 +487,8 @@ def _line_parser(
         record = parse(line, index)
         if type(record) is Document:
             failure = check(record.values)
+            if type(failure) is Rewritten:
+                return Document(record.index, failure.values, member)
             if failure is not None:
                 reason, detail = failure
                 return BadRecord(source, index + 1, reason, line[:_RAW_CAP], member, detail)
@@ -492,6 +507,7 @@ def _json_lines(
     first_index: int = 0,
     at_file_start: bool = True,
     check: Optional[Check] = None,
+    parse: Optional[LineParser] = None,
 ) -> Iterator[Record]:
     """Records of a JSON-lines byte stream; split on b"\\n" only.
 
@@ -503,8 +519,10 @@ def _json_lines(
     only its first bytes are ever held. Returns True when the damage was
     fatal to a container. Lines are numbered from `first_index`; a byte order
     mark is dropped only from the first line of a file (`at_file_start`).
+    `parse`, if given, turns each line into a record instead of the JSON parser (a .txt read by line).
     """
-    parse = _line_parser(source, keys, member, strip_strings, first_index if at_file_start else -1, check)
+    if parse is None:
+        parse = _line_parser(source, keys, member, strip_strings, first_index if at_file_start else -1, check)
     index = first_index
     pending: list[bytes] = []  # pieces of a line longer than a block
     pending_size = 0
@@ -800,10 +818,82 @@ def _read_txt(fh, source: str, keys: tuple[str, ...], cap: int, check: Optional[
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     values = (_coerce(text, keys[0])[0],)
     failure = check(values) if check is not None else None
+    if type(failure) is Rewritten:
+        values, failure = failure.values, None
     if failure is not None:
         yield BadRecord(source, None, failure[0], data[:_RAW_CAP], detail=failure[1])
         return
     yield Document(0, values)
+
+
+def _read_txt_lines(fh, source: str, keys: tuple[str, ...], cap: int, byte_range: Optional[tuple] = None,
+                    first_line: int = 0, check: Optional[Check] = None) -> Iterator[Record]:
+    """A .txt file a line a record, as Cerebras 2.10 reads it (Hugging Face's "text" builder: open() in text mode).
+
+    - Line breaks are universal newlines, as open() makes them: "\\r\\n", a lone "\\r" and "\\n" each end a line
+      (U+2028, U+0085 and the like do not: they are text). A break at the end of the file starts no line.
+    - A line's number (a dead letter's `line`, 1-based) counts those breaks; its record index is that minus one.
+    - A blank line (empty, or only whitespace, which 2.10's text_read_hook strips to nothing) is a SkippedRecord
+      (BLANK_LINE): read, good and dropped, with no token written and no dead letter.
+    - A byte order mark starting the file is encoding, not text: dropped (as for JSON lines).
+    - Invalid UTF-8 makes its line a dead letter (INVALID_UTF8), never the file: the neighbours survive.
+    - A line longer than `cap` bytes is a TOO_LONG dead letter, never held whole.
+    - The one key names the record's single column, whatever it is called: a .txt has no other (2.10 calls it
+      "text", and finds nothing under any other name).
+
+    `byte_range` and `first_line` as for .jsonl (`_range_blocks`): a unit's lines are those whose first byte
+    follows a "\\n" in its range, so the records of a file do not depend on how it is split.
+    """
+    if len(keys) != 1:
+        yield BadRecord(source, None, MISSING_KEY, detail=f"a .txt file has one text, not keys {list(keys)}")
+        return
+    start, end = byte_range or (0, None)
+    blocks = _raw_blocks(fh) if (start, end) == (0, None) else _range_blocks(fh, start, end)
+    parse = _txt_line_parser(source, keys[0], first_line if start == 0 else -1, check)
+    yield from _json_lines(_universal_newlines(blocks), source, keys, cap, first_index=first_line, parse=parse)
+
+
+def _universal_newlines(blocks: Iterable[bytes]) -> Iterator[bytes]:
+    """The blocks with every "\\r\\n" and lone "\\r" made "\\n", a "\\r\\n" cut between two blocks included.
+
+    Neither byte occurs inside a multi-byte UTF-8 character, so this is safe on undecoded bytes.
+    """
+    after_cr = False  # the last block ended in "\r": a "\n" starting this one belongs to it
+    for block in blocks:
+        if after_cr and block[:1] == b"\n":
+            block = block[1:]
+        after_cr = block[-1:] == b"\r"
+        if b"\r" in block:
+            block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if block:
+            yield block
+
+
+def _txt_line_parser(source: str, key: str, bom_index: int, check: Optional[Check]) -> LineParser:
+    """One line of a .txt (without its break) -> Document, SkippedRecord (blank) or BadRecord (see _read_txt_lines).
+
+    `check` sees a line's values as it sees any record's; its dead letter holds the line's raw bytes.
+    """
+
+    def parse(line: bytes, index: int) -> Record:
+        if index == bom_index and line[:3] == codecs.BOM_UTF8:
+            line = line[3:]
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return BadRecord(source, index + 1, INVALID_UTF8, line[:_RAW_CAP],
+                             detail=f"invalid UTF-8 at byte {e.start}")
+        if not text or text.isspace():
+            return SkippedRecord(index, BLANK_LINE)
+        values = (_coerce(text, key)[0],)
+        failure = check(values) if check is not None else None
+        if type(failure) is Rewritten:
+            return Document(index, failure.values)
+        if failure is not None:
+            return BadRecord(source, index + 1, failure[0], line[:_RAW_CAP], detail=failure[1][:_DETAIL_CAP])
+        return Document(index, values)
+
+    return parse
 
 
 def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int,
@@ -935,6 +1025,8 @@ def _checked_row(doc: Document, row: tuple, source: str, keys: tuple, check: Opt
     failure = check(doc.values) if check is not None else None
     if failure is None:
         return doc
+    if type(failure) is Rewritten:
+        return Document(doc.index, failure.values, doc.member)
     raw = json.dumps(dict(zip(keys, row)), ensure_ascii=False, default=repr).encode("utf-8", "surrogatepass")
     return BadRecord(source, doc.index, failure[0], raw[:_RAW_CAP], detail=failure[1])
 

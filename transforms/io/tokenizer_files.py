@@ -22,7 +22,9 @@ from transforms.core.tokenizer import GPT2, HF, KINDS, NEOX, TokenizerFiles
 from transforms.core.tokenizer.fast import DEFAULT_CHECK_SHARE
 from transforms.io import fs
 
-__all__ = ["read_tokenizer_files", "read_chat_template", "stage_tokenizer_files", "StagedTokenizerFiles", "HF_FILES"]
+__all__ = ["read_tokenizer_files", "read_chat_template", "autotokenizer_files", "custom_tokenizer_files",
+           "stage_tokenizer_files",
+           "StagedTokenizerFiles", "HF_FILES"]
 
 # File names of a Hugging Face tokenizer directory, in the order they are looked for.
 HF_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json",
@@ -225,3 +227,64 @@ def stage_tokenizer_files(files: TokenizerFiles, directory: str, *, write: bool 
     with _LOADED_LOCK:
         _LOADED[digest] = files
     return staged
+
+
+# What a custom tokenizer's object says of itself that tokenizer_config.json would say of a directory.
+_CONFIG_ATTRIBUTES = ("bos_token", "eos_token", "pad_token", "sep_token", "unk_token", "chat_template")
+
+
+def custom_tokenizer_files(spec: str, params: dict, **overrides) -> TokenizerFiles:
+    """Cerebras 2.10's `custom_tokenizer: module:Class`, built with `params` (its `tokenizer_params`).
+
+    2.10's example (custom_tokenizer_example/CustomLlama3Tokenizer.py) wraps a Hugging Face fast tokenizer and
+    forwards every attribute to it; so does any class built on transformers' PreTrainedTokenizerFast. The job
+    takes the wrapped tokenizer's own definition (`backend_tokenizer`, the tokenizer.json it encodes with), its
+    special tokens and chat template, and the ids the object gives for EOS and pad: workers then need neither
+    the class nor its module, and every encoder of this tool applies. What the class changes in Python around
+    the tokenizer (2.10's example: the offsets it returns) is not used: this tool computes its own offsets.
+    """
+    import importlib
+
+    module_name, _, class_name = spec.rpartition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"custom_tokenizer {spec}: cannot import {module_name}: {e}") from None
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise ValueError(f"custom_tokenizer {spec}: module {module_name} has no {class_name!r}")
+    try:
+        obj = cls(**params)
+    except Exception as e:  # noqa: BLE001 - the user's class: say what it raised
+        raise ValueError(f"custom_tokenizer {spec}({', '.join(params)}): {type(e).__name__}: {e}") from None
+    return _from_object(obj, spec, f"custom_tokenizer {spec}", overrides)
+
+
+def autotokenizer_files(name: str, params: dict, **overrides) -> TokenizerFiles:
+    """`huggingface_tokenizer` with 2.10's `tokenizer_params`: transformers' AutoTokenizer.from_pretrained(name,
+    **params), taken as custom_tokenizer_files takes a custom class (the arguments may change its tokens)."""
+    from transformers import AutoTokenizer
+
+    try:
+        obj = AutoTokenizer.from_pretrained(name, **params)
+    except Exception as e:  # noqa: BLE001 - a missing file, an unknown argument: say which
+        raise ValueError(f"huggingface_tokenizer {name} with tokenizer_params {sorted(params)}: "
+                         f"{type(e).__name__}: {e}") from None
+    return _from_object(obj, name, f"huggingface_tokenizer {name}", overrides)
+
+
+def _from_object(obj, name: str, what: str, overrides: dict) -> TokenizerFiles:
+    backend = getattr(obj, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "to_str"):
+        raise ValueError(f"{what}: it does not wrap a Hugging Face fast tokenizer (no backend_tokenizer), which "
+                         "the job needs to encode with offsets")
+    config = {}
+    for name in _CONFIG_ATTRIBUTES:
+        value = getattr(obj, name, None)
+        if isinstance(value, str):
+            config[name] = value
+    for name, key in (("eos_token_id", "eos_id"), ("pad_token_id", "pad_id")):
+        value = getattr(obj, name, None)
+        if overrides.get(key) is None and isinstance(value, int):
+            overrides[key] = value
+    return TokenizerFiles(HF, tokenizer_json=backend.to_str(), tokenizer_config=config, name=name, **overrides)

@@ -52,6 +52,10 @@ class ChatConfig:
     max_prompt_length: int = 512  # DPO
     pack_sequences: bool = True  # Chat_VSL
     loss_span: str = "turn"  # what an assistant turn trains (encode.LOSS_SPANS): ours, or "content" (2.10's)
+    # Records are a read hook's regions (chat.hooked), not messages: then these end text regions' ids.
+    regions: bool = False
+    bos_id: Optional[int] = None
+    eos_id: Optional[int] = None
 
     @property
     def dpo(self) -> bool:
@@ -137,6 +141,9 @@ ENCODE_SLICE_CHARS = 1 << 20
 
 def _conversations(docs, encoder, cfg: ChatConfig, counts: Counter):
     """(the conversation to write, None) or (None, why it was dropped), per document, in order."""
+    if cfg.regions:
+        yield from _hooked(docs, encoder, cfg, counts)
+        return
     conversations = []
     for d in docs:
         c = parse_chat(d.values[0], role_key=cfg.role_key, content_key=cfg.content_key)
@@ -149,6 +156,23 @@ def _conversations(docs, encoder, cfg: ChatConfig, counts: Counter):
                                                train_on_all_assistant_turns=cfg.train_on_all_assistant_turns):
                 yield _fit(encoded, cfg)
             start, size = i + 1, 0
+
+
+def _hooked(docs, encoder, cfg: ChatConfig, counts: Counter):
+    """As _conversations, for records that are a read hook's regions: each region's text normalized, as 2.10
+    cleans each part, then encoded (chat.hooked)."""
+    from transforms.core.chat.hooked import encode_regions, regions_from_value
+
+    for d in docs:
+        regions = regions_from_value(d.values[0])
+        texts = _normalized([{"content": r.text} for r in regions], cfg.normalize, counts)
+        regions = [dataclasses.replace(r, text=t["content"]) for r, t in zip(regions, texts)]
+        try:
+            encoded = encode_regions(encoder, regions, bos_id=cfg.bos_id, eos_id=cfg.eos_id)
+        except ChatError as e:
+            yield None, e.reason
+            continue
+        yield _fit(encoded, cfg)
 
 
 def _fit(encoded, cfg: ChatConfig) -> tuple[Optional[EncodedChat], Optional[str]]:

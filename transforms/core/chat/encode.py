@@ -405,7 +405,7 @@ class ChatEncoder:
                                      for i in assistants], offsets)
         if not trained.any():
             raise ChatError("no_assistant_turn", "no assistant token to train")
-        turns = self._turns(messages, tok)
+        turns = self.turns(messages, tok)
         return EncodedChat(text, tok.ids, trained, offsets, turns)
 
     def assistant_chars(self, text: str, span: tuple[int, int], limits: tuple[int, int],
@@ -574,7 +574,8 @@ class ChatEncoder:
             return b
         return b if trailing else end
 
-    def _turns(self, messages, tok: TokenizedChat) -> tuple[Turn, ...]:
+    def turns(self, messages, tok: TokenizedChat) -> tuple[Turn, ...]:
+        """Where each message is in the tokens (its content, and its whole turn)."""
         starts, ends = tok.offsets[:, 0], tok.offsets[:, 1]
         total, size = len(tok.ids), len(tok.text)
         limits = _neighbours(tok.spans, size)

@@ -1,0 +1,308 @@
+"""Read hooks of the user's own in a Cerebras 2.10 config: `processing.read_hook` naming a module's function
+(`tests.hook_examples:qa_regions`) or a file's (`path/to/hooks.py:fn`). The hook's regions make the rows
+(transforms/core/chat/hooked.py); a hook that raises or returns something else is a dead letter.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers import MULTI_PROCESSING, REFERENCE, RUNNER, SHARED, read_rows, require_shared
+
+QWEN = SHARED / "tokenizers" / "qwen2.5-instruct"
+EXAMPLES = Path(__file__).parent / "hook_examples.py"
+RECORDS = [
+    {"q": "What is 2+2?", "a": "Four."},
+    {"q": "boom", "a": "never seen"},
+    {"q": "bad", "a": "never seen"},
+    {"q": "Capital of France?", "a": "Paris."},
+]
+
+
+def _config(tmp: Path, hook: str, *, output_dir=None, input_dir=None, mode="finetuning", extra="") -> Path:
+    if input_dir is None:
+        input_dir = tmp / "input"
+        input_dir.mkdir()
+        (input_dir / "qa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    path = tmp / "config.yaml"
+    path.write_text(f"""
+setup:
+    data: {{source: "{input_dir}", type: local}}
+    output_dir: "{output_dir or tmp / 'out'}"
+    mode: {mode}
+processing:
+    huggingface_tokenizer: "{QWEN}"
+    max_seq_length: 96
+    read_hook: "{hook}"
+    read_hook_kwargs: {{question_key: q, answer_key: a}}
+{extra}""")
+    return path
+
+
+def _run(config: Path, runner=RUNNER) -> int:
+    from pipelines.create_hdf5_dataset import main
+
+    return main(["--config", str(config), *runner])
+
+
+def _tokenizer():
+    import tokenizers
+
+    return tokenizers.Tokenizer.from_file(str(QWEN / "tokenizer.json"))
+
+
+def _texts(row: np.ndarray, pad: int) -> tuple[str, str]:
+    """(the row's text: its inputs and last label, the text of its trained labels)."""
+    tok = _tokenizer()
+    n = int((row[2] != pad).sum())
+    ids = [int(x) for x in row[0][:n]] + [int(row[2][n - 1])]
+    trained = [int(x) for x, m in zip(row[2], row[1]) if m]
+    return tok.decode(ids, skip_special_tokens=False), tok.decode(trained, skip_special_tokens=False)
+
+
+def _dead_letters(out: Path) -> list[dict]:
+    return sorted((json.loads(line) for f in (out / "dead_letter").glob("*.jsonl") for line in open(f)),
+                  key=lambda d: d["line"])
+
+
+EXPECTED = [  # (the row's text, what it trains), written by hand from qa_regions and Qwen2.5's template
+    ("<|im_start|>system\nAnswer briefly.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+     "<|im_start|>assistant\nAnswer: Four.<|im_end|>\n", " Four.<|im_end|>"),
+    ("<|im_start|>system\nAnswer briefly.<|im_end|>\n<|im_start|>user\nCapital of France?<|im_end|>\n"
+     "<|im_start|>assistant\nAnswer: Paris.<|im_end|>\n", " Paris.<|im_end|>"),
+]
+
+
+def _check_qa(out: Path) -> None:
+    params = json.loads((out / "data_params.json").read_text())
+    pad = params["processing"]["pad_id"]
+    rows = read_rows(out)
+    assert [_texts(r, pad) for r in rows] == EXPECTED  # " Four.": the token " Four" straddles both regions
+    assert "[internal note]" not in json.dumps([_texts(r, pad) for r in rows])  # the dropped region
+    letters = _dead_letters(out)
+    assert [(d["line"], d["reason"]) for d in letters] == [(2, "hook_raised"), (3, "not_a_semantic_array")]
+    assert "RuntimeError: the hook exploded" in letters[0]["detail"]
+    assert json.loads(letters[0]["raw"]) == RECORDS[1]  # the record as read, for a rerun
+    assert params["input"]["bad_by_reason"] == {"hook_raised": 1, "not_a_semantic_array": 1}
+    assert params["input"]["used"] == 2
+
+
+@pytest.mark.parametrize("given", ["module", "file"])
+def test_own_hook_regions_make_the_rows(given, tmp_path):
+    require_shared(QWEN)
+    from pipelines.tools.verify import verify_dataset
+
+    hook = "tests.hook_examples:qa_regions" if given == "module" else f"{EXAMPLES}:qa_regions"
+    assert _run(_config(tmp_path, hook)) == 0
+    out = tmp_path / "out"
+    _check_qa(out)
+    assert verify_dataset(str(out)).ok
+    assert "def qa_regions(" in (out / "hook.py").read_text()  # its source beside the output, as 2.10 saves it
+
+
+def test_hook_file_travels_with_the_job(tmp_path):
+    """The hook file is read once, when the job starts: the workers compile the text the job carries."""
+    require_shared(QWEN)
+    moved = tmp_path / "hooks_elsewhere.py"
+    shutil.copy(EXAMPLES, moved)
+    config = _config(tmp_path, f"{moved}:qa_regions")
+    from pipelines.config import load_config
+    from pipelines.create_hdf5_dataset import plan_job
+
+    config_obj, _ = load_config(["--config", str(config)])
+    plan = plan_job(config_obj)
+    moved.unlink()  # what runs the records from here on has only the spec
+    import pickle
+
+    from transforms.io.hooks import ReadHookCheck
+
+    check = pickle.loads(pickle.dumps(ReadHookCheck(plan.hook, dict(plan.hook_kwargs), ("q", "a"),
+                                                    plan.region_defaults)))
+    rewritten = check((json.dumps("What?"), json.dumps("That.")))
+    assert type(rewritten).__name__ == "Rewritten"
+
+
+def test_attention_masked_region_is_refused_and_counted(tmp_path):
+    """These rows have no attention feature: a record that masks attention is refused, never written as if
+    it were attended."""
+    require_shared(QWEN)
+    assert _run(_config(tmp_path, "tests.hook_examples:attention_masked")) == 0
+    params = json.loads((tmp_path / "out" / "data_params.json").read_text())
+    assert params["input"]["dropped_by_reason"] == {"attention_mask_not_written": 4}
+
+
+def test_text_regions_are_joined_without_a_template(tmp_path):
+    """prompt/completion regions: [BOS] + each region's tokens + EOS; the completion and EOS trained."""
+    require_shared(QWEN)
+    assert _run(_config(tmp_path, "tests.hook_examples:text_pairs", extra="    min_sequence_len: 2")) == 0
+    out = tmp_path / "out"
+    params = json.loads((out / "data_params.json").read_text())
+    pad, eos = params["processing"]["pad_id"], params["processing"]["eos_id"]
+    tok = _tokenizer()
+    rows = read_rows(out)
+    assert len(rows) == 4
+    for row, r in zip(rows, RECORDS):
+        q = tok.encode(r["q"], add_special_tokens=False).ids
+        a = tok.encode(" " + r["a"], add_special_tokens=False).ids
+        tokens = q + a + [eos]  # Qwen2.5 has no BOS
+        n = len(tokens) - 1
+        assert row[0][:n].tolist() == tokens[:-1] and (row[0][n:] == pad).all()
+        assert row[2][:n].tolist() == tokens[1:]
+        assert row[1][:n].tolist() == [0] * (len(q) - 1) + [1] * (len(a) + 1)
+
+
+def test_regions_hook_equals_the_chat_mode(tmp_path):
+    """A hook that gives one region per message, roles as types, writes the Chat mode's rows: here 2.10's
+    golden chat case through chat_read_hook (whose rows equal 2.10's), and through a hook of our own."""
+    require_shared(REFERENCE / "golden-2.10")
+    source = REFERENCE / "golden-2.10" / "chat_qwen25_kto_multiturn_512" / "input"
+    outs = []
+    for hook, kwargs in (("chat_read_hook", "{multi_turn_key: messages, multi_turn_role_key: role, "
+                                            "multi_turn_content_key: content}"),
+                         ("tests.hook_examples:messages_as_regions", "{messages_key: messages}")):
+        tmp = tmp_path / hook.replace(":", "_")
+        tmp.mkdir()
+        config = _config(tmp, hook, input_dir=source).read_text().replace(
+            "{question_key: q, answer_key: a}", kwargs).replace("max_seq_length: 96", "max_seq_length: 512")
+        (tmp / "config.yaml").write_text(config)
+        assert _run(tmp / "config.yaml") == 0
+        outs.append(read_rows(tmp / "out"))
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert len(outs[0]) == 156
+
+
+def test_prompt_completion_chat_read_hook_renders_pairs_as_chat(tmp_path):
+    """2.10's prompt_completion_chat_read_hook: a pair becomes a user and an assistant turn (stripped), rendered
+    with the template; the answer and its end of turn are trained."""
+    require_shared(QWEN)
+    config = _config(tmp_path, "prompt_completion_chat_read_hook")
+    config.write_text(config.read_text().replace("{question_key: q, answer_key: a}",
+                                                 "{prompt_key: q, completion_key: a}"))
+    assert _run(config) == 0
+    out = tmp_path / "out"
+    params = json.loads((out / "data_params.json").read_text())
+    texts = [_texts(r, params["processing"]["pad_id"]) for r in read_rows(out)]
+    assert len(texts) == 4
+    system = "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+    assert texts[0] == (system + "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\nFour.<|im_end|>\n",
+                        "Four.<|im_end|>")
+
+
+def test_own_hook_refused_where_its_regions_cannot_make_rows(tmp_path, capsys):
+    require_shared(QWEN)
+    assert _run(_config(tmp_path, "tests.hook_examples:qa_regions", mode="dpo")) == 2
+    assert "setup.mode finetuning and pretraining" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("hook, says", [
+    ("tests.hook_examples:no_such_hook", "no 'no_such_hook'"),
+    ("tests.no_such_module:qa_regions", "no_such_module"),
+    ("/nowhere/hooks.py:fn", "not found"),
+])
+def test_hook_that_cannot_load_fails_before_reading(hook, says, tmp_path, capsys):
+    require_shared(QWEN)
+    assert _run(_config(tmp_path, hook)) == 2
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.worker_processes
+@pytest.mark.parametrize("given", ["module", "file"])
+def test_own_hook_on_worker_processes_to_gs(given, gcs, tmp_path):
+    """multi_processing workers and the output on gs://: a module's hook is imported by every worker; a hook file
+    (here on gs:// too) reaches every worker through the job (its source in the spec). The rows and dead letters
+    are the in-process run's."""
+    require_shared(QWEN)
+    fs, bucket = gcs
+    fs.put(str(EXAMPLES), f"{bucket}/code/hooks.py")
+    out = f"gs://{bucket}/out"
+    hook = "tests.hook_examples:qa_regions" if given == "module" else f"gs://{bucket}/code/hooks.py:qa_regions"
+    config = _config(tmp_path, hook, output_dir=out)
+    assert _run(config, MULTI_PROCESSING + ["--direct_num_workers", "2"]) == 0
+    local = tmp_path / "fetched"
+    fs.get(f"{bucket}/out", str(local), recursive=True)
+    _check_qa(local)
+    assert "def qa_regions(" in (local / "hook.py").read_text()
+
+
+from tests.test_gcs import emulator, gcs  # noqa: E402,F401 - the gs:// fixtures
+
+
+# ---------------------------------------------------------------- custom_tokenizer: module:Class
+
+
+def test_custom_tokenizer_class_gives_the_wrapped_tokenizers_rows(tmp_path):
+    """2.10's custom_tokenizer contract (a class around a fast tokenizer, tokenizer_params its arguments): the
+    rows equal those of the tokenizer it wraps, named directly; its own pad id is used."""
+    require_shared(QWEN)
+    rows = {}
+    for name, lines in (
+            ("direct", f'    huggingface_tokenizer: "{QWEN}"\n'),
+            ("custom", '    custom_tokenizer: "tests.tokenizer_examples:WrappedTokenizer"\n'
+                       f'    tokenizer_params: {{pretrained_model_name_or_path: "{QWEN}", pad_token_id: 0}}\n')):
+        tmp = tmp_path / name
+        tmp.mkdir()
+        config = _config(tmp, "tests.hook_examples:qa_regions")
+        config.write_text(config.read_text().replace(f'    huggingface_tokenizer: "{QWEN}"\n', lines))
+        assert _run(config) == 0
+        rows[name] = read_rows(tmp / "out")
+        params = json.loads((tmp / "out" / "data_params.json").read_text())
+        assert params["processing"]["pad_id"] == (0 if name == "custom" else 151643)
+    direct, custom = rows["direct"], rows["custom"]
+    real = direct != 151643
+    np.testing.assert_array_equal(custom[real], direct[real])
+    assert (custom[~real] == 0).all() and real.any()
+
+
+def test_custom_tokenizer_that_wraps_nothing_is_refused(tmp_path, capsys):
+    config = _config(tmp_path, "tests.hook_examples:qa_regions")
+    config.write_text(config.read_text().replace(
+        f'    huggingface_tokenizer: "{QWEN}"\n', '    custom_tokenizer: "tests.tokenizer_examples:NotATokenizer"\n'))
+    assert _run(config) == 2
+    assert "does not wrap a Hugging Face fast tokenizer" in capsys.readouterr().err
+
+
+def test_huggingface_tokenizer_with_tokenizer_params(tmp_path):
+    """2.10 hands tokenizer_params to AutoTokenizer.from_pretrained: an argument that changes the tokens
+    (a pad token of its own) changes the job's."""
+    require_shared(QWEN)
+    config = _config(tmp_path, "tests.hook_examples:qa_regions")
+    config.write_text(config.read_text().replace(
+        f'    huggingface_tokenizer: "{QWEN}"\n',
+        f'    huggingface_tokenizer: "{QWEN}"\n    tokenizer_params: {{pad_token: "<|im_start|>"}}\n'))
+    assert _run(config) == 0
+    params = json.loads((tmp_path / "out" / "data_params.json").read_text())
+    assert params["processing"]["pad_id"] == _tokenizer().token_to_id("<|im_start|>")
+
+
+def test_own_hook_in_pretraining_makes_the_documents(tmp_path):
+    """pretraining: the regions' text is the document, so the rows are LMData's over that text; a region the
+    hook leaves untrained cannot be said by LM rows: that record is a dead letter."""
+    require_shared(QWEN)
+    from pipelines.create_hdf5_dataset import main
+
+    records = [{"title": f"Title {i}", "body": f"Body number {i} " * (5 + i)} for i in range(20)]
+    records[3]["title"] = "untrained"
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "docs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    config = _config(tmp_path, "tests.hook_examples:title_and_body", mode="pretraining",
+                     input_dir=tmp_path / "in")
+    config.write_text(config.read_text().replace("{question_key: q, answer_key: a}",
+                                                 "{title_key: title, body_key: body}"))
+    assert _run(config) == 0
+    letters = _dead_letters(tmp_path / "out")
+    assert [(d["line"], d["reason"]) for d in letters] == [(4, "untrained_region")]
+    # The same documents as plain text records, through the LMData mode.
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "docs.jsonl").write_text("".join(
+        json.dumps({"text": r["title"] + "\n\n" + r["body"]}) + "\n" for k, r in enumerate(records) if k != 3))
+    assert main(["LMData", "--input_dir", str(tmp_path / "plain"), "--output_dir", str(tmp_path / "plain_out"),
+                 "--tokenizer_type", "HuggingFaceTokenizer", "--huggingface_tokenizer", str(QWEN),
+                 "--max_seq_length", "96", "--use_ftfy", "True", *RUNNER]) == 0
+    np.testing.assert_array_equal(read_rows(tmp_path / "out"), read_rows(tmp_path / "plain_out"))

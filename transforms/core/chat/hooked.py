@@ -1,0 +1,131 @@
+"""A read hook's regions -> tokens and trained flags (an EncodedChat), for the Chat rows.
+
+A Cerebras 2.10 read hook of the user's own (or one of 2.10's that has no
+mode of ours) turns each record into regions (transforms.core.regions): text
+parts with a loss weight each. The reader runs the hook and hands on the
+regions (`regions_value` / `regions_from_value`); this module encodes them
+into the same EncodedChat the Chat modes build from a messages list, so the
+rows (one per record, or packed with Chat_VSL), truncation, statistics and
+`verify` are the Chat modes' own.
+
+**Chat regions** (2.10's rule, `regions.is_chat`: the first region is a
+system, user or assistant turn): each turn becomes one message whose content
+is its regions joined; the conversation is rendered with the chat template
+and tokenized as a chat (`ChatEncoder.tokenize`: template text never comes
+from the content). A token is trained when it overlaps a region of weight 1.
+A turn's first and last regions reach as far as the encoder's loss span
+reaches for an assistant turn (`ChatEncoder.assistant_chars`): with
+"content" (a 2.10 config), the last one over the end-of-turn token right
+after the turn (2.10 gives that token the last region's weight); with
+"turn", both over the whitespace around the turn too. So a hook that weights
+exactly the assistant turns trains exactly what the Chat mode trains.
+
+**Text regions** (prompt / completion / context / text): the ids are
+[BOS] + each region's text encoded on its own + [EOS], as the Summarization
+rows join a prompt and a completion; a token is trained when its region's
+weight is 1, and EOS when the last region's is (a completion teaches where
+to stop).
+
+Loss weights are 0 or 1 (the rows' mask is a 0/1 loss mask); a region whose
+attention is masked (`semantic_attention_mask` false) needs a feature these
+rows do not have, so such a record is refused (ChatError
+"attention_mask_not_written"), never written as if it were attended.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional, Sequence
+
+import numpy as np
+
+from transforms.core.chat.encode import ChatEncoder, EncodedChat, Turn
+from transforms.core.chat.template import ChatError
+from transforms.core.regions import Region, conversation, is_chat, region_token_weights
+
+__all__ = ["encode_regions", "regions_from_value", "regions_value"]
+
+# Where text regions go when a turn's role matters (truncation cuts user turns before assistant turns).
+_TEXT_ROLES = {"completion": "assistant", "prompt": "user", "context": "user", "text": "user"}
+
+
+def regions_value(regions: Sequence[Region]) -> str:
+    """The regions as one JSON text: what a record's value is between the reader and the encoder."""
+    return json.dumps([[r.kind, r.text, r.loss_weight, r.attend, r.turn, r.part, r.key] for r in regions],
+                      ensure_ascii=False)
+
+
+def regions_from_value(value: str) -> tuple[Region, ...]:
+    return tuple(Region(*item) for item in json.loads(value))
+
+
+def encode_regions(encoder: ChatEncoder, regions: Sequence[Region], *, bos_id: Optional[int],
+                   eos_id: int) -> EncodedChat:
+    """The regions' tokens and trained flags (see the module docstring); ChatError for a record to drop."""
+    for r in regions:
+        if not r.attend:
+            raise ChatError("attention_mask_not_written",
+                            f"turn {r.turn} part {r.part}: its attention is masked (semantic_attention_mask), "
+                            "and these rows have no attention feature to say so")
+        if r.loss_weight not in (0, 1):
+            raise ChatError("bad_loss_weight", f"turn {r.turn} part {r.part}: loss weight {r.loss_weight}; the "
+                            "rows' loss mask holds 0 or 1")
+    if not any(r.loss_weight for r in regions):
+        raise ChatError("no_assistant_turn", "no region has a loss weight: nothing to train")
+    if is_chat(regions):
+        return _chat(encoder, regions)
+    return _text(encoder, regions, bos_id, eos_id)
+
+
+def _chat(encoder: ChatEncoder, regions: Sequence[Region]) -> EncodedChat:
+    messages, part_spans = conversation(regions)
+    tok = encoder.tokenize(messages)
+    text, size = tok.text, len(tok.text)
+    order = sorted(range(len(messages)), key=lambda i: tok.spans[i])
+    spans: list[tuple[int, int, int]] = []
+    by_turn: list[list[Region]] = []
+    for r in regions:
+        if not by_turn or by_turn[-1][0].turn != r.turn:
+            by_turn.append([])
+        by_turn[-1].append(r)
+    for k, i in enumerate(order):
+        a, b = tok.spans[i]
+        limits = (tok.spans[order[k - 1]][1] if k else 0, tok.spans[order[k + 1]][0] if k + 1 < len(order) else size)
+        reach = encoder.assistant_chars(text, (a, b), limits)  # where a trained turn's loss reaches
+        parts = by_turn[i]
+        for p, (r, (s, e)) in enumerate(zip(parts, part_spans[i])):
+            s, e = a + s, a + e
+            if p == 0:  # the turn's edges reach as the loss span says; the edges between its parts stay
+                s = min(s, reach[0])
+            if p == len(parts) - 1:
+                e = max(e, reach[1])
+            spans.append((s, e, r.loss_weight))
+    weights = region_token_weights(tok.offsets, _in_order(spans), len(tok.ids))
+    return EncodedChat(text, tok.ids, weights > 0, tok.offsets, encoder.turns(messages, tok))
+
+
+def _in_order(spans: list) -> list:
+    # region_token_weights lets a later span win a shared token: an untrained region must not take back a token
+    # that a trained neighbour's reach gave (their edge token), so the trained spans go last.
+    return [s for s in spans if not s[2]] + [s for s in spans if s[2]]
+
+
+def _text(encoder: ChatEncoder, regions: Sequence[Region], bos_id: Optional[int], eos_id: int) -> EncodedChat:
+    encodings = encoder.backend.encode_batch([r.text for r in regions], add_special_tokens=False)
+    ids: list[np.ndarray] = [np.array([bos_id], np.int32)] if bos_id is not None else []
+    trained: list[np.ndarray] = [np.zeros(1, bool)] if bos_id is not None else []
+    offsets: list[np.ndarray] = [np.zeros((1, 2), np.int64)] if bos_id is not None else []
+    turns, at, count = [], 0, len(ids)
+    for r, enc in zip(regions, encodings):
+        n = len(enc.ids)
+        ids.append(np.asarray(enc.ids, np.int32))
+        trained.append(np.full(n, bool(r.loss_weight)))
+        offsets.append(np.asarray(enc.offsets, np.int64).reshape(-1, 2) + at)
+        turns.append(Turn(_TEXT_ROLES.get(r.kind, r.kind), (at, at + len(r.text)), (count, count + n),
+                          (count, count + n)))
+        at, count = at + len(r.text), count + n
+    ids.append(np.array([eos_id], np.int32))
+    trained.append(np.array([bool(regions[-1].loss_weight)]))
+    offsets.append(np.array([[at, at]], np.int64))
+    text = "".join(r.text for r in regions)
+    return EncodedChat(text, np.concatenate(ids), np.concatenate(trained), np.concatenate(offsets), tuple(turns))
