@@ -315,19 +315,3 @@ def test_hook_source_of_a_builtin_is_our_hooks_module():
 def test_hook_source_of_a_module_without_source_says_so():
     source = hook_source(parse_hook_spec("sys:exit"))  # a built-in module: no file
     assert source.startswith("# read hook sys:exit: the source of module sys is not available")
-
-
-def test_the_loader_imports_without_beam():
-    code = ("import sys\n"
-            "class Block:\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name == 'apache_beam' or name.startswith('apache_beam.'):\n"
-            "            raise ImportError('apache_beam is blocked')\n"
-            "sys.meta_path.insert(0, Block())\n"
-            "from transforms.io.hooks import load_hook, parse_hook_spec\n"
-            "from transforms.core.regions import read_semantic_array\n"
-            "hook = load_hook(parse_hook_spec('text_read_hook'))\n"
-            "assert read_semantic_array(hook({'t': 'x'}, text_key='t'))\n"
-            "assert not any(m.startswith('apache_beam') for m in sys.modules)\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr

@@ -40,19 +40,28 @@ def test_only_pipelines_know_flags_and_yaml(path):
     assert "PipelineOptions" not in path.read_text()
 
 
-def test_the_training_readers_import_without_beam():
-    """Training code imports the map-style reader, the sampler and the conversion without Apache Beam."""
+_BLOCK_BEAM = ("import sys\n"
+               "class Block:\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name == 'apache_beam' or name.startswith('apache_beam.'):\n"
+               "            raise ImportError('apache_beam is blocked')\n"
+               "sys.meta_path.insert(0, Block())\n")
+
+
+@pytest.mark.parametrize("what, code", [
+    # Training code imports the map-style reader, the sampler and the conversion.
+    ("training readers", "from transforms.io.map_dataset import H5MapDataset, ResumableSampler, to_hf_causal_lm\n"
+                         "from transforms.io.dataset import H5Dataset\n"),
+    # The read hooks' loader and the regions' check run in the reader, and in a user's own tests of a hook.
+    ("read hooks", "from transforms.io.hooks import load_hook, parse_hook_spec\n"
+                   "from transforms.core.regions import read_semantic_array\n"
+                   "hook = load_hook(parse_hook_spec('text_read_hook'))\n"
+                   "assert read_semantic_array(hook({'t': 'x'}, text_key='t'))\n"),
+])
+def test_imports_without_beam(what, code):
     import subprocess
     import sys
 
-    code = ("import sys\n"
-            "class Block:\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name == 'apache_beam' or name.startswith('apache_beam.'):\n"
-            "            raise ImportError('apache_beam is blocked')\n"
-            "sys.meta_path.insert(0, Block())\n"
-            "from transforms.io.map_dataset import H5MapDataset, ResumableSampler, to_hf_causal_lm\n"
-            "from transforms.io.dataset import H5Dataset\n"
-            "assert not any(m.startswith('apache_beam') for m in sys.modules)\n")
+    code = _BLOCK_BEAM + code + "assert not any(m.startswith('apache_beam') for m in sys.modules)\n"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 0, f"{what}: {proc.stderr}"
