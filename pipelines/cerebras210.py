@@ -26,6 +26,7 @@ notices say so.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from typing import Any, Optional
 
@@ -126,6 +127,7 @@ class CerebrasConfig:
     raw: dict  # the YAML as read: recorded in data_params.json under setup / processing / dataset
     notices: tuple  # one line each: keys warned about, settings with no effect here
     hook: str  # the read hook's 2.10 name, as given
+    hook_digest: Optional[str] = None  # sha256 of a hook file's text: a changed file is another job (resume)
 
 
 def is_210_config(data: dict) -> bool:
@@ -160,7 +162,7 @@ def translate(data: dict, path: str) -> CerebrasConfig:
     _context_lengths(setup, path, values, notices)
     _data_source(setup, path, values, notices)
     _tokenizer(processing, path, values)
-    hook, kwargs = _hook(processing, path)
+    hook, kwargs, digest = _hook(processing, path)
     mode = _mode(mode210, hook, dataset, path)
     semantic = [k for k in ("semantic_loss_weight", "semantic_drop_mask", "semantic_attention_mask")
                 if _given(processing.get(k))]
@@ -179,7 +181,7 @@ def translate(data: dict, path: str) -> CerebrasConfig:
     values.update(ours)
     defaults = {k: v for k, v in DEFAULTS_210.items() if k not in values}
     return CerebrasConfig(mode=mode, values=values, defaults=defaults, raw=data, notices=tuple(notices),
-                          hook=processing["read_hook"])
+                          hook=processing["read_hook"], hook_digest=digest)
 
 
 def _given(value: Any) -> bool:
@@ -318,7 +320,7 @@ def _only(params: dict, allowed: tuple, name: str, path: str) -> None:
                           f"(it takes {', '.join(allowed)})")
 
 
-def _hook(processing: dict, path: str) -> tuple[str, dict]:
+def _hook(processing: dict, path: str) -> tuple[str, dict, Optional[str]]:
     spec = processing.get("read_hook")
     if not spec:
         raise ConfigError(f"{path}: processing.read_hook is required (e.g. {HOOK_PREFIX}text_read_hook)")
@@ -337,7 +339,8 @@ def _hook(processing: dict, path: str) -> tuple[str, dict]:
             check_hook_kwargs(load_hook(hook) if hook.is_builtin else None, kwargs)
         except ValueError as e:
             raise ConfigError(f"{path}: processing.read_hook_kwargs: {e}") from None
-        return name, kwargs
+        digest = None if hook.source is None else hashlib.sha256(hook.source.encode("utf-8")).hexdigest()
+        return name, kwargs, digest
     _, required, optional = SUPPORTED_HOOKS[name]
     for key in required:
         if not kwargs.get(key):
@@ -348,16 +351,16 @@ def _hook(processing: dict, path: str) -> tuple[str, dict]:
     if unknown:
         raise ConfigError(f"{path}: processing.read_hook_kwargs {unknown}: not read by {name} "
                           f"(it takes {', '.join(required + optional)})")
-    return name, kwargs
+    return name, kwargs, None
 
 
 def _mode(mode210: str, hook: str, dataset: dict, path: str) -> str:
     if hook == REGION_HOOK:
-        if mode210 not in ("finetuning", "pretraining"):
-            raise ConfigError(f"{path}: processing.read_hook: a hook whose regions make the rows (one of your own, "
-                              f"or prompt_completion_chat_read_hook) is supported in setup.mode finetuning and "
-                              f"pretraining; {mode210} is not supported with it yet")
-        if mode210 == "finetuning":
+        if mode210 == "dpo":
+            if dataset.get("use_vsl") or dataset.get("training_objective") is not None:
+                raise ConfigError(f"{path}: dataset.use_vsl and training_objective do not apply to setup.mode dpo")
+            return "DPO"  # the regions' prompt, chosen and rejected turns make the pair (transforms.io.hooks)
+        if mode210 in ("finetuning", "nlg"):  # nlg: a finetuning of context and completion
             if dataset.get("training_objective") is not None:
                 raise ConfigError(f"{path}: dataset.training_objective does not apply to finetuning")
             return "Chat_VSL" if dataset.get("use_vsl") else "Chat"

@@ -194,6 +194,10 @@ SETTINGS: tuple[Setting, ...] = (
        "the whitespace after; a row ends with its last trained token) or content (Cerebras 2.10's: the content and "
        "the end-of-turn token right after it; the template's text after the last turn stays, untrained; the default "
        "for a 2.10 config)", modes=CONVERSATION_MODES),
+    _s("key_padding_mask", "dataset", "bool", False,
+       "Chat rows from a read hook's regions get a fourth feature, key_padding_mask: 1 where an input position "
+       "is not attended (a region whose semantic_attention_mask is false, and padding), as Cerebras 2.10 writes "
+       "it for multimodal rows; without it a record that masks attention is refused", modes=(CHAT,)),
     _s("truncate", "dataset", "str", None,
        "a conversation (or Summarization pair) too long for a row: dropped (default), or cut: keep_start | "
        "keep_end of each turn (of the prompt; then the completion's end)", modes=CONVERSATION_MODES + (SUMMARIZATION,)),
@@ -225,6 +229,7 @@ class Config:
     cerebras_config: Optional[str] = None
     notices: tuple = ()
     read_hook: Optional[str] = None
+    read_hook_digest: Optional[str] = None  # sha256 of a hook file's text
 
     def __getattr__(self, name):
         # Only called for names that are not real attributes.
@@ -294,6 +299,8 @@ class Config:
         if self.read_hook:  # a 2.10 hook decides what is read (and whether texts are stripped)
             relevant["read_hook"] = self.read_hook
             relevant["read_hook_kwargs"] = self.hook_kwargs
+            if self.read_hook_digest:  # the same path with other code is another job
+                relevant["read_hook_digest"] = self.read_hook_digest
             if self.region_hook:  # the config's region weights and masks
                 processing = json.loads(self.cerebras_config).get("processing") or {}
                 relevant["semantic"] = {k: v for k, v in processing.items() if k.startswith("semantic_")}
@@ -519,7 +526,7 @@ def load_config(argv: list[str]) -> tuple[Config, list[str]]:
     _validate(mode, values, sources)
     extra = {"params_file": args.params} if translated is None else dict(
         params_file=path, cerebras_config=raw_json(translated.raw), notices=translated.notices,
-        read_hook=translated.hook)
+        read_hook=translated.hook, read_hook_digest=translated.hook_digest)
     config = Config(mode=mode, values=tuple(sorted(values.items())), sources=tuple(sorted(sources.items())),
                     **extra)
     return config, rest

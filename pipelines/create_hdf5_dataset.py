@@ -35,7 +35,7 @@ from pipelines.config import (CHAT_MODES, DPO, FIM, LMDATA, SUMMARIZATION, SUMMA
                               load_config)
 from pipelines.job_tokenizer import chat_template_setting, tokenizer_files
 from transforms.core.chat.batch import ChatConfig, RecordCheck
-from transforms.core.features import DPO_FEATURES, LM_FEATURES, VSL_FEATURES
+from transforms.core.features import DPO_FEATURES, KEY_PADDING_FEATURES, LM_FEATURES, VSL_FEATURES
 from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
@@ -51,7 +51,8 @@ from transforms.io.hf_datasets import HfDatasetError, resolve_split_files
 from transforms.io.compressors import Codec
 from transforms.io.hdf5_format import GZIP_LEVEL
 from transforms.io.hdf5_sink import EncodeRows, RowFormat, WriteHdf5Shards
-from transforms.io.hooks import HookSpec, ReadHookCheck, hook_source, load_hook, parse_hook_spec
+from transforms.io.hooks import (DOCUMENT, PREFERENCE, REGIONS, HookSpec, ReadHookCheck, hook_source, load_hook,
+                                 parse_hook_spec)
 from transforms.io.intermediate import STORED, SkipStoredGroups, StoreGroups
 from transforms.io.job_progress import FlinkRestMetrics, JobProgress, live_metrics
 from transforms.io.dead_letters import DEAD_LETTER_DIR, WriteDeadLetters
@@ -127,6 +128,8 @@ class JobPlan:
         """The names of a row's features, in order: data_params.json's `features`."""
         if self.mode == DPO:
             return DPO_FEATURES
+        if self.chat is not None and not isinstance(self.chat, PerPart) and self.chat.key_padding_mask:
+            return KEY_PADDING_FEATURES
         return VSL_FEATURES if self.mode in VSL_MODES else LM_FEATURES
 
     def for_output(self, k: int) -> "JobPlan":
@@ -451,6 +454,14 @@ def _hook_spec(config: Config) -> Optional[HookSpec]:
     return spec
 
 
+def _key_padding_mask(config: Config) -> bool:
+    wanted = bool(getattr(config, "key_padding_mask", False))
+    if wanted and not config.region_hook:
+        raise UserError("key_padding_mask: only a read hook's regions can mask attention (Cerebras 2.10 config "
+                        "with a hook of your own); this job has none")
+    return wanted
+
+
 def _region_defaults(config: Config) -> RegionDefaults:
     raw = json.loads(config.cerebras_config)
     try:
@@ -541,8 +552,8 @@ def _chat_config(config: Config, files: TokenizerFiles, tokenizer) -> ChatConfig
         train_on_all_assistant_turns=bool(getattr(config, "train_on_all_assistant_turns", True)),
         truncate=getattr(config, "truncate", None), max_prompt_length=int(getattr(config, "max_prompt_length", 512)),
         pack_sequences=config.pack_sequences,
-        loss_span=getattr(config, "chat_loss_span", "turn"), regions=config.region_hook,
-        bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
+        loss_span=getattr(config, "chat_loss_span", "turn"), regions=config.region_hook and config.mode != DPO,
+        bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, key_padding_mask=_key_padding_mask(config))
 
 
 def _check_dtypes(config: Config, vocab_size: int) -> None:
@@ -579,9 +590,10 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
 
 def _record_check(plan: JobPlan):
     """What the reader asks of each record it parsed: a read hook's regions, a chat's well-formedness, nothing."""
-    if plan.region_defaults is not None:  # pretraining: the regions' text is the document
+    if plan.region_defaults is not None:  # a record is what the hook's regions make of it, for the mode at hand
+        output = DOCUMENT if plan.chat is None else PREFERENCE if plan.chat.dpo else REGIONS
         return ReadHookCheck(plan.hook, dict(plan.hook_kwargs), tuple(map(str, plan.keys)), plan.region_defaults,
-                             as_text=plan.chat is None)
+                             output=output)
     return RecordCheck(plan.chat) if plan.chat else None
 
 

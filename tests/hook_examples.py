@@ -49,3 +49,13 @@ def title_and_body(example, **kwargs):
         return [{"content": [{"text": title}]}, {"content": [{"text": body}]}]  # both trained (text: weight 1)
     return [{"content": [{"text": title + "\n\n"}, {"text": body}],
              "semantic_loss_weight": [1, 0 if title == "untrained" else 1]}]
+
+
+def preference(example, **kwargs):
+    """DPO: a system and a user turn, then the chosen and the rejected response."""
+    if example[kwargs["question_key"]] == "no answer":
+        return [{"type": "user", "content": [{"text": "no answer"}]}]
+    return [{"type": "system", "content": [{"text": "Answer briefly."}]},
+            {"type": "user", "content": [{"text": example[kwargs["question_key"]]}]},
+            {"type": "chosen", "content": [{"text": example[kwargs["answer_key"]]}]},
+            {"type": "rejected", "content": [{"text": "I do not know."}]}]

@@ -127,6 +127,37 @@ def test_hook_file_travels_with_the_job(tmp_path):
     assert type(rewritten).__name__ == "Rewritten"
 
 
+def test_attention_masked_region_is_written_in_key_padding_mask(tmp_path):
+    """With key_padding_mask: true the rows get a fourth feature, 1 where an input position is not attended: the
+    masked region's tokens and the padding (2.10's multimodal convention); everything else is the Chat row."""
+    require_shared(QWEN)
+    from pipelines.tools.verify import verify_dataset
+
+    config = _config(tmp_path, "tests.hook_examples:attention_masked", extra="dataset: {key_padding_mask: true}")
+    assert _run(config) == 0
+    out = tmp_path / "out"
+    params = json.loads((out / "data_params.json").read_text())
+    assert params["features"] == ["input_ids", "attention_mask", "labels", "key_padding_mask"]
+    pad = params["processing"]["pad_id"]
+    tok = _tokenizer()
+    rows = read_rows(out)
+    assert rows.shape == (4, 4, 96)
+    for row, r in zip(rows, RECORDS):
+        n = int((row[2] != pad).sum())
+        masked = [int(x) for x, m in zip(row[0][:n], row[3][:n]) if m]
+        assert tok.decode(masked, skip_special_tokens=False) == r["q"]  # exactly the question's tokens
+        assert (row[3][n:] == 1).all()  # padding
+        text, trained = _texts(row[:3], pad)
+        assert trained == r["a"] + "<|im_end|>"
+    assert verify_dataset(str(out)).ok
+    import h5py  # verify checks the fourth row: padding attended is a problem it names
+
+    (path,) = out.glob("*.h5")
+    with h5py.File(path, "r+") as f:
+        f["data"][0, 3, 95] = 0
+    assert any("padding positions are attended" in p for p in verify_dataset(str(out)).problems)
+
+
 def test_attention_masked_region_is_refused_and_counted(tmp_path):
     """These rows have no attention feature: a record that masks attention is refused, never written as if
     it were attended."""
@@ -193,11 +224,15 @@ def test_prompt_completion_chat_read_hook_renders_pairs_as_chat(tmp_path):
                         "Four.<|im_end|>")
 
 
-def test_own_hook_refused_where_its_regions_cannot_make_rows(tmp_path, capsys):
+def test_own_hook_in_nlg_is_a_finetuning(tmp_path):
+    """setup.mode nlg (context and completion) with a hook of your own: the same rows as finetuning."""
     require_shared(QWEN)
-    assert _run(_config(tmp_path, "tests.hook_examples:qa_regions", mode="dpo")) == 2
-    assert "setup.mode finetuning and pretraining" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
+    rows = []
+    for mode in ("nlg", "finetuning"):
+        (tmp_path / mode).mkdir()
+        assert _run(_config(tmp_path / mode, "tests.hook_examples:qa_regions", mode=mode)) == 0
+        rows.append(read_rows(tmp_path / mode / "out"))
+    np.testing.assert_array_equal(*rows)
 
 
 @pytest.mark.parametrize("hook, says", [
@@ -306,3 +341,40 @@ def test_own_hook_in_pretraining_makes_the_documents(tmp_path):
                  "--tokenizer_type", "HuggingFaceTokenizer", "--huggingface_tokenizer", str(QWEN),
                  "--max_seq_length", "96", "--use_ftfy", "True", *RUNNER]) == 0
     np.testing.assert_array_equal(read_rows(tmp_path / "out"), read_rows(tmp_path / "plain_out"))
+
+
+def test_own_hook_in_dpo_makes_the_pairs(tmp_path):
+    """dpo: the regions before the responses are the prompt conversation, then the chosen and the rejected
+    response: the rows are the DPO mode's over the same pairs; an array without both responses is a dead letter."""
+    require_shared(QWEN)
+    from pipelines.create_hdf5_dataset import main
+
+    records = [{"q": f"Question {i}?", "a": f"Answer {i}."} for i in range(6)] + [{"q": "no answer", "a": "-"}]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    config = _config(tmp_path, "tests.hook_examples:preference", mode="dpo", input_dir=tmp_path / "in")
+    assert _run(config) == 0
+    assert [(d["line"], d["reason"]) for d in _dead_letters(tmp_path / "out")] == [(7, "not_a_preference")]
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "pairs.jsonl").write_text("".join(json.dumps({
+        "prompt": [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": r["q"]}],
+        "chosen": r["a"], "rejected": "I do not know."}) + "\n" for r in records[:-1]))
+    assert main(["DPO", "--input_dir", str(tmp_path / "plain"), "--output_dir", str(tmp_path / "plain_out"),
+                 "--tokenizer_type", "HuggingFaceTokenizer", "--huggingface_tokenizer", str(QWEN),
+                 "--prompt_key", "prompt", "--max_seq_length", "96", "--use_ftfy", "True", *RUNNER]) == 0
+    np.testing.assert_array_equal(read_rows(tmp_path / "out"), read_rows(tmp_path / "plain_out"))
+    assert len(read_rows(tmp_path / "out")) == 6
+
+
+def test_a_changed_hook_file_is_another_job(tmp_path):
+    """The job's fingerprint (what resume_from_checkpoint compares) covers the hook file's text, not only its
+    path: resuming with other hook code would mix two jobs' rows."""
+    from pipelines.config import load_config
+
+    hooks = tmp_path / "hooks.py"
+    hooks.write_text(EXAMPLES.read_text())
+    config = _config(tmp_path, f"{hooks}:qa_regions")
+    first = load_config(["--config", str(config)])[0].fingerprint()
+    assert load_config(["--config", str(config)])[0].fingerprint() == first
+    hooks.write_text(EXAMPLES.read_text().replace("Answer briefly.", "Answer at length."))
+    assert load_config(["--config", str(config)])[0].fingerprint() != first

@@ -61,8 +61,8 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from transforms.core.features import (ATTENTION_MASK, ATTENTION_SPAN, DPO_FEATURES, INPUT_IDS, LABELS, LM_FEATURES,
-                                      POSITION_IDS, VSL_FEATURES)
+from transforms.core.features import (ATTENTION_MASK, ATTENTION_SPAN, DPO_FEATURES, INPUT_IDS, KEY_PADDING_FEATURES,
+                                      KEY_PADDING_MASK, LABELS, LM_FEATURES, POSITION_IDS, VSL_FEATURES)
 from transforms.core.stats import check_accounting
 
 __all__ = [
@@ -131,7 +131,7 @@ class DatasetSpec:
     @property
     def rows_known(self) -> bool:
         """Whether the mode-specific row checks apply: a known mode whose rows hold its features in order."""
-        return self.mode is not None and self.feature_names == mode_features(self.mode)
+        return self.mode is not None and _written_by(self.mode, self.feature_names)
 
     @property
     def sides(self) -> tuple:
@@ -144,6 +144,11 @@ def mode_features(mode: Optional[str]) -> tuple:
     if mode == DPO:
         return DPO_FEATURES
     return VSL_FEATURES if mode in VSL_MODES else LM_FEATURES
+
+
+def _written_by(mode: Optional[str], features: tuple) -> bool:
+    """Whether `mode` writes rows of these features: its own, or Chat's with key_padding_mask (a read hook's)."""
+    return features == mode_features(mode) or (mode == CHAT and features == KEY_PADDING_FEATURES)
 
 
 def _int_or_none(value: Any) -> Optional[int]:
@@ -176,7 +181,7 @@ def dataset_spec(params: Optional[Mapping]) -> tuple[DatasetSpec, list[str]]:
     features = params.get("features")
     if _is_feature_list(features):
         features = tuple(features)
-        if mode is not None and features != mode_features(mode):
+        if mode is not None and not _written_by(mode, features):
             notes.append(f"features {list(features)} are not what {mode} writes: mode-specific row checks "
                          "are skipped")
     else:
@@ -495,6 +500,13 @@ class RowChecker:
         after = ~real & ~tail.any(axis=1)[:, None]
         for name, ids in (("input_ids", inp), ("labels", lab)):
             self._add_pad(name, after & (ids != pad), ids, where, pad)
+        if rows.shape[1] == len(KEY_PADDING_FEATURES):  # 1: not attended; padding never is
+            kpm = rows[:, KEY_PADDING_MASK, :]
+            bad = (kpm != 0) & (kpm != 1)
+            if bad.any():
+                r, p = _first(bad)
+                self._add("key_padding_mask", int(bad.sum()), f"{where(r)}, position {p}: {int(kpm[r, p])}")
+            self._add_pad("key_padding_mask", after & (kpm != 1), kpm, where, 1)
 
     def _add_dpo(self, seqs: np.ndarray, start: int, where: Callable[[int], str], loss: np.ndarray) -> None:
         """The DPO invariants (module docstring), per side (`seqs` [2n, 3, msl] from `sequences`): one run of
@@ -671,6 +683,10 @@ def _describe(kind: str, count: int, example: str, extra: Any, vocab: Optional[i
         return f"{count} negative {kind[:-2]} (first: {example})"
     if kind == "mask":
         return f"{count} attention_mask values are neither 0 nor 1 (first: {example})"
+    if kind == "key_padding_mask":
+        return f"{count} key_padding_mask values are neither 0 nor 1 (first: {example})"
+    if kind == "pad_key_padding_mask":
+        return f"{count} padding positions are attended: key_padding_mask not 1 (first: {example})"
     if kind == "mask_layout":
         return f"{rows} whose {mask_name} is not {extra} as {spec.mode} writes it (first: {example})"
     if kind == "shift":
@@ -957,7 +973,7 @@ def check_config(params: Optional[Mapping], spec: DatasetSpec, *, file_msls: Seq
         features = params["features"]
         if not _is_feature_list(features):
             problems.append(f"features is {features!r}, not a list of feature names")
-        elif spec.mode is not None and tuple(features) != mode_features(spec.mode):
+        elif spec.mode is not None and not _written_by(spec.mode, tuple(features)):
             problems.append(f"features is {features}, but {spec.mode} rows hold {list(mode_features(spec.mode))}")
     msls = sorted(set(file_msls))
     if len(msls) > 1:

@@ -44,7 +44,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from transforms.core.features import ATTENTION_MASK, ATTENTION_SPAN, INPUT_IDS, LABELS, POSITION_IDS, VSL_FEATURES
+from transforms.core.features import (ATTENTION_MASK, ATTENTION_SPAN, INPUT_IDS, KEY_PADDING_MASK, LABELS,
+                                      POSITION_IDS, VSL_FEATURES)
 
 __all__ = ["VslConfig", "Segments", "PackedRows", "lm_segments", "summarization_segments", "pack_bins",
            "pack_segments", "index_dtype", "vsl_lm_batch", "vsl_summarization_batch", "DROP_MIN_LEN", "DROP_NOT_FOLDED",
@@ -87,6 +88,7 @@ class Segments:
     positions: np.ndarray  # int64, each in [1, msl]
     mask_from: np.ndarray  # int64
     trained: Optional[np.ndarray] = None  # bool, one per token: a position is trained when its label's token is
+    attend: Optional[np.ndarray] = None  # bool, one per token (Chat rows of 4 features: key_padding_mask)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -257,8 +259,10 @@ class PackedRows:
 
     def __init__(self, segments: Segments, row_of: np.ndarray, n_rows: int, config: VslConfig,
                  features: int = len(VSL_FEATURES)):
-        if features not in (LABELS + 1, len(VSL_FEATURES)):
-            raise ValueError(f"rows of {LABELS + 1} or {len(VSL_FEATURES)} features, not {features}")
+        if features not in (LABELS + 1, len(VSL_FEATURES)) and not (features == KEY_PADDING_MASK + 1
+                                                                     and segments.attend is not None):
+            raise ValueError(f"rows of {LABELS + 1} or {len(VSL_FEATURES)} features (or {KEY_PADDING_MASK + 1}, "
+                             f"with attend flags), not {features}")
         self.segments = segments
         self.config = config
         self.n_rows = n_rows
@@ -272,6 +276,8 @@ class PackedRows:
             raise AssertionError("every row holds one or more segments and at most max_seq_length positions")
         self._padding = np.zeros((features, config.max_seq_length), dtype=np.int32)
         self._padding[[INPUT_IDS, LABELS]] = config.pad_id
+        if features == KEY_PADDING_MASK + 1:
+            self._padding[KEY_PADDING_MASK] = 1  # padding is never attended
 
     def __len__(self) -> int:
         return self.n_rows
@@ -327,6 +333,8 @@ class PackedRows:
             out[:, ATTENTION_MASK, :] = (k >= np.repeat(mask_from.astype(np.int32), pieces)).reshape(shape)
         else:
             out[:, ATTENTION_MASK, :] = 1
+        if self.features == KEY_PADDING_MASK + 1:  # of the input token (source - 1 now): 1 where not attended
+            out[:, KEY_PADDING_MASK, :] = ~np.take(seg.attend, source - 1, mode="clip").reshape(shape)
         # Padding, where there is any: pad ids and labels, no loss, zero span and position.
         for r in np.flatnonzero(used < msl).tolist():
             out[r, :, used[r]:] = self._padding[:, used[r]:]

@@ -218,6 +218,10 @@ def _builtin_names() -> str:
     return ", ".join(sorted(n for n in BUILTIN_HOOKS if ":" not in n))
 
 
+REGIONS, DOCUMENT, PREFERENCE = "regions", "document", "preference"
+OUTPUTS = (REGIONS, DOCUMENT, PREFERENCE)
+
+
 class ReadHookCheck:
     """The reader's check (transforms.io.readers `check`) for a job whose records go through a read hook.
 
@@ -229,10 +233,13 @@ class ReadHookCheck:
     """
 
     def __init__(self, spec: HookSpec, kwargs: dict, columns: tuple, defaults: RegionDefaults,
-                 as_text: bool = False):
+                 output: str = REGIONS):
+        if output not in OUTPUTS:
+            raise ValueError(f"output: expected one of {', '.join(OUTPUTS)}, got {output!r}")
         self.spec, self.kwargs, self.columns, self.defaults = spec, dict(kwargs), tuple(columns), defaults
-        # as_text (pretraining): the record is the regions' text joined, as one document of the LM modes.
-        self.as_text = as_text
+        # What the record becomes: its regions (Chat rows), their text joined (a document of the LM modes), or
+        # a preference pair (DPO: chosen, rejected, prompt).
+        self.output = output
         self._hook: Optional[Callable] = None
 
     def __getstate__(self):
@@ -250,9 +257,37 @@ class ReadHookCheck:
             regions = read_semantic_array(array, self.defaults)
         except RegionError as e:
             return e.reason, e.detail
-        if self.as_text:
+        if self.output == DOCUMENT:
             return _document(regions)
+        if self.output == PREFERENCE:
+            return _preference(regions)
         return Rewritten((regions_value(regions),))
+
+
+def _preference(regions) -> "tuple[str, str] | Rewritten":
+    """A DPO record: the chosen and the rejected regions' texts, and the prompt conversation (the regions before
+    them: prompt turns as user messages), as the DPO mode reads a record (chosen, rejected, prompt); else why not.
+    Loss weights and masks do not apply: DPO trains the responses."""
+    sides: dict = {"chosen": [], "rejected": []}
+    prompt: list = []
+    for r in regions:
+        if r.kind in sides:
+            sides[r.kind].append(r.text)
+        elif sides["chosen"] or sides["rejected"]:
+            return "not_a_preference", f"turn {r.turn}: a {r.kind} turn after the responses"
+        elif prompt and prompt[-1]["_turn"] == r.turn:
+            prompt[-1]["content"] += r.text
+        else:
+            prompt.append({"role": "user" if r.kind in ("prompt", "text", "context") else r.kind, "content": r.text,
+                           "_turn": r.turn})
+    missing = [k for k, texts in sides.items() if not texts]
+    if missing or not prompt:
+        what = " and ".join(missing) if missing else "prompt"
+        return "not_a_preference", f"the array has no {what} turn (DPO needs a prompt, a chosen and a rejected one)"
+    messages = [{"role": m["role"], "content": m["content"]} for m in prompt]
+    return Rewritten((json.dumps("".join(sides["chosen"]), ensure_ascii=False),
+                      json.dumps("".join(sides["rejected"]), ensure_ascii=False),
+                      json.dumps(messages, ensure_ascii=False)))
 
 
 def _document(regions) -> "tuple[str, str] | Rewritten":

@@ -56,6 +56,7 @@ class ChatConfig:
     regions: bool = False
     bos_id: Optional[int] = None
     eos_id: Optional[int] = None
+    key_padding_mask: bool = False  # Chat rows get a fourth feature: the positions not attended (chat.hooked)
 
     @property
     def dpo(self) -> bool:
@@ -131,7 +132,8 @@ def _to_last_trained(encoded: EncodedChat) -> EncodedChat:
         return encoded
     turns = tuple(dataclasses.replace(t, content=(min(t.content[0], end), min(t.content[1], end)),
                                       turn=(min(t.turn[0], end), min(t.turn[1], end))) for t in encoded.turns)
-    return EncodedChat(encoded.text, encoded.ids[:end], encoded.trained[:end], encoded.offsets[:end], turns)
+    attend = None if encoded.attend is None else encoded.attend[:end]
+    return EncodedChat(encoded.text, encoded.ids[:end], encoded.trained[:end], encoded.offsets[:end], turns, attend)
 
 
 # Characters of contents encoded per encode_batch call: all cores busy, memory bounded (an Encoding keeps
@@ -168,7 +170,8 @@ def _hooked(docs, encoder, cfg: ChatConfig, counts: Counter):
         texts = _normalized([{"content": r.text} for r in regions], cfg.normalize, counts)
         regions = [dataclasses.replace(r, text=t["content"]) for r, t in zip(regions, texts)]
         try:
-            encoded = encode_regions(encoder, regions, bos_id=cfg.bos_id, eos_id=cfg.eos_id)
+            encoded = encode_regions(encoder, regions, bos_id=cfg.bos_id, eos_id=cfg.eos_id,
+                                     attention=cfg.key_padding_mask)
         except ChatError as e:
             yield None, e.reason
             continue
@@ -225,7 +228,7 @@ def conversation_batch(batch, encoder, cfg: ChatConfig):
 
     counts: Counter = Counter()
     dropped: Counter = Counter()
-    ids, trained = [], []  # per kept conversation: only what its rows need, not its text and offsets
+    ids, trained, attend = [], [], []  # per kept conversation: only what its rows need, not its text and offsets
     for encoded, reason in _conversations(batch.docs, encoder, cfg, counts):
         if encoded is None:
             dropped[reason] += 1
@@ -233,6 +236,8 @@ def conversation_batch(batch, encoder, cfg: ChatConfig):
         _count_roles(encoded, counts)
         ids.append(encoded.ids)
         trained.append(encoded.trained)
+        if cfg.key_padding_mask:
+            attend.append(np.ones(len(encoded.ids), bool) if encoded.attend is None else encoded.attend)
     counts["tokens"] = sum(len(x) for x in ids)
     _account(batch, len(ids), dropped, counts)
     lengths = np.array([len(x) for x in ids], dtype=np.int64)
@@ -240,13 +245,15 @@ def conversation_batch(batch, encoder, cfg: ChatConfig):
     segments = Segments(
         tokens=np.concatenate(ids).astype(np.int32) if ids else np.zeros(0, np.int32),
         starts=starts.astype(np.int64), positions=lengths - 1, mask_from=np.zeros(len(ids), np.int64),
-        trained=np.concatenate(trained) if trained else np.zeros(0, bool))
+        trained=np.concatenate(trained) if trained else np.zeros(0, bool),
+        attend=(np.concatenate(attend) if attend else np.zeros(0, bool)) if cfg.key_padding_mask else None)
     vsl = cfg.mode == "Chat_VSL"
     # Chat: a conversation per row (as a segment alone in its row, the rows' first three features);
     # Chat_VSL: conversations packed. Either way the rows are built a batch at a time when they are encoded.
     layout = VslConfig(max_seq_length=cfg.max_seq_length, pad_id=cfg.pad_id,
                        pack_sequences=vsl and cfg.pack_sequences, inverted_mask=cfg.inverted_mask)
-    return WindowBlock(batch.group, pack_segments(segments, layout, features=5 if vsl else 3), batch.stats)
+    features = 5 if vsl else 4 if cfg.key_padding_mask else 3
+    return WindowBlock(batch.group, pack_segments(segments, layout, features=features), batch.stats)
 
 
 class DpoRows:

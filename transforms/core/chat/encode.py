@@ -281,6 +281,8 @@ class EncodedChat:
     trained: np.ndarray  # bool [T]
     offsets: np.ndarray  # int64 [T, 2]
     turns: tuple[Turn, ...]  # in message order
+    # bool [T]: which tokens may be attended (a read hook's masked regions are not); None: all of them
+    attend: Optional[np.ndarray] = None
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -26,9 +26,10 @@ rows join a prompt and a completion; a token is trained when its region's
 weight is 1, and EOS when the last region's is (a completion teaches where
 to stop).
 
-Loss weights are 0 or 1 (the rows' mask is a 0/1 loss mask); a region whose
-attention is masked (`semantic_attention_mask` false) needs a feature these
-rows do not have, so such a record is refused (ChatError
+Loss weights are 0 or 1 (the rows' mask is a 0/1 loss mask). A region whose
+attention is masked (`semantic_attention_mask` false) is written in a fourth
+row, `key_padding_mask` (1: not attended), when the job has one
+(`key_padding_mask: true`); without it such a record is refused (ChatError
 "attention_mask_not_written"), never written as if it were attended.
 """
 
@@ -60,10 +61,13 @@ def regions_from_value(value: str) -> tuple[Region, ...]:
 
 
 def encode_regions(encoder: ChatEncoder, regions: Sequence[Region], *, bos_id: Optional[int],
-                   eos_id: int) -> EncodedChat:
-    """The regions' tokens and trained flags (see the module docstring); ChatError for a record to drop."""
+                   eos_id: int, attention: bool = False) -> EncodedChat:
+    """The regions' tokens and trained flags (see the module docstring); ChatError for a record to drop.
+
+    `attention`: the rows have a key_padding_mask feature, so masked regions are written (EncodedChat.attend:
+    a token is not attended when it overlaps a region whose attention is masked); else they are refused."""
     for r in regions:
-        if not r.attend:
+        if not r.attend and not attention:
             raise ChatError("attention_mask_not_written",
                             f"turn {r.turn} part {r.part}: its attention is masked (semantic_attention_mask), "
                             "and these rows have no attention feature to say so")
@@ -101,7 +105,22 @@ def _chat(encoder: ChatEncoder, regions: Sequence[Region]) -> EncodedChat:
                 e = max(e, reach[1])
             spans.append((s, e, r.loss_weight))
     weights = region_token_weights(tok.offsets, _in_order(spans), len(tok.ids))
-    return EncodedChat(text, tok.ids, weights > 0, tok.offsets, encoder.turns(messages, tok))
+    return EncodedChat(text, tok.ids, weights > 0, tok.offsets, encoder.turns(messages, tok),
+                       _attend(tok.offsets, regions, part_spans, tok.spans))
+
+
+def _attend(offsets: np.ndarray, regions: Sequence[Region], part_spans: list, contents: tuple):
+    """Per token: False where it overlaps a region whose attention is masked; None when no region is."""
+    if all(r.attend for r in regions):
+        return None
+    masked, k = [], 0
+    for m, spans in enumerate(part_spans):
+        a = contents[m][0]
+        for s, e in spans:
+            if not regions[k].attend:
+                masked.append((a + s, a + e, 1))
+            k += 1
+    return region_token_weights(offsets, masked, len(offsets)) == 0
 
 
 def _in_order(spans: list) -> list:
@@ -116,10 +135,12 @@ def _text(encoder: ChatEncoder, regions: Sequence[Region], bos_id: Optional[int]
     trained: list[np.ndarray] = [np.zeros(1, bool)] if bos_id is not None else []
     offsets: list[np.ndarray] = [np.zeros((1, 2), np.int64)] if bos_id is not None else []
     turns, at, count = [], 0, len(ids)
+    attend = [np.ones(len(ids), bool)]
     for r, enc in zip(regions, encodings):
         n = len(enc.ids)
         ids.append(np.asarray(enc.ids, np.int32))
         trained.append(np.full(n, bool(r.loss_weight)))
+        attend.append(np.full(n, r.attend))
         offsets.append(np.asarray(enc.offsets, np.int64).reshape(-1, 2) + at)
         turns.append(Turn(_TEXT_ROLES.get(r.kind, r.kind), (at, at + len(r.text)), (count, count + n),
                           (count, count + n)))
@@ -128,4 +149,7 @@ def _text(encoder: ChatEncoder, regions: Sequence[Region], bos_id: Optional[int]
     trained.append(np.array([bool(regions[-1].loss_weight)]))
     offsets.append(np.array([[at, at]], np.int64))
     text = "".join(r.text for r in regions)
-    return EncodedChat(text, np.concatenate(ids), np.concatenate(trained), np.concatenate(offsets), tuple(turns))
+    attend.append(np.ones(1, bool))
+    attended = np.concatenate(attend)
+    return EncodedChat(text, np.concatenate(ids), np.concatenate(trained), np.concatenate(offsets), tuple(turns),
+                       None if attended.all() else attended)

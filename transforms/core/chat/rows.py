@@ -175,4 +175,5 @@ def _remove(encoded: EncodedChat, cuts: list[tuple[int, int]]) -> EncodedChat:
         return int(new[r[0]]), int(new[r[1]])
 
     turns = tuple(dataclasses.replace(t, content=remap(t.content), turn=remap(t.turn)) for t in encoded.turns)
-    return EncodedChat(encoded.text, encoded.ids[keep], encoded.trained[keep], encoded.offsets[keep], turns)
+    attend = None if encoded.attend is None else encoded.attend[keep]
+    return EncodedChat(encoded.text, encoded.ids[keep], encoded.trained[keep], encoded.offsets[keep], turns, attend)
