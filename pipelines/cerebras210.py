@@ -331,9 +331,7 @@ def _hook(processing: dict, path: str) -> tuple[str, dict, Optional[str]]:
         hook = parse_hook_spec(str(spec))  # a built-in by either of its names, a module, or a hook file
     except ValueError as e:
         raise ConfigError(f"{path}: {e}") from None
-    name = hook.function if hook.is_builtin else REGION_HOOK
-    if name not in SUPPORTED_HOOKS:
-        name = REGION_HOOK  # a built-in with no mode of ours (prompt_completion_chat_read_hook): its regions
+    name = REGION_HOOK if uses_regions(str(spec), kwargs) else hook.function
     if name == REGION_HOOK:
         try:
             check_hook_kwargs(load_hook(hook) if hook.is_builtin else None, kwargs)
@@ -411,10 +409,6 @@ def _hook_keys(mode: str, hook: str, kwargs: dict, path: str, values: dict, noti
         values.update(chosen_key=kwargs["chosen_key"], rejected_key=kwargs["rejected_key"])
         if kwargs.get("prompt_key"):
             values["prompt_key"] = kwargs["prompt_key"]
-        role = kwargs.get("assistant_role")
-        if role is not None and str(role).strip().lower() != "assistant:":
-            raise ConfigError(f"{path}: processing.read_hook_kwargs.assistant_role {role!r}: transcripts are split "
-                              "at their last 'Assistant:' turn; another marker is not supported yet")
 
 
 def _dataset(mode: str, dataset: dict, path: str, values: dict, notices: list) -> None:
@@ -492,6 +486,15 @@ def hook_strips(spec: Optional[str]) -> bool:
     return hook_name(spec) in _STRIPPING_HOOKS
 
 
-def uses_regions(spec: Optional[str]) -> bool:
-    """Whether a config's read hook gives the rows its regions (REGION_HOOK) rather than one of our modes."""
-    return spec is not None and hook_name(spec) not in SUPPORTED_HOOKS
+def uses_regions(spec: Optional[str], kwargs: Optional[dict] = None) -> bool:
+    """Whether a config's read hook gives the rows its regions (REGION_HOOK) rather than one of our modes: a hook
+    of the user's own, a built-in with no mode of ours (prompt_completion_chat_read_hook), and dpo_read_hook with
+    another assistant_role than "assistant:" (our DPO mode splits transcripts at their "Assistant:" turns; another
+    marker is 2.10's own rule, transforms.core.hooks210.dpo_read_hook: the prompt is one text up to it)."""
+    if spec is None:
+        return False
+    name = hook_name(spec)
+    role = (kwargs or {}).get("assistant_role")
+    if name == "dpo_read_hook" and role is not None and str(role).strip().lower() != "assistant:":
+        return True
+    return name not in SUPPORTED_HOOKS

@@ -249,7 +249,7 @@ class Config:
         """A 2.10 config whose read hook's regions make the rows (pipelines.cerebras210.REGION_HOOK)."""
         from pipelines.cerebras210 import uses_regions
 
-        return uses_regions(self.read_hook)
+        return uses_regions(self.read_hook, self.hook_kwargs)
 
     @property
     def hook_kwargs(self) -> dict:

@@ -378,3 +378,24 @@ def test_a_changed_hook_file_is_another_job(tmp_path):
     assert load_config(["--config", str(config)])[0].fingerprint() == first
     hooks.write_text(EXAMPLES.read_text().replace("Answer briefly.", "Answer at length."))
     assert load_config(["--config", str(config)])[0].fingerprint() != first
+
+
+def test_dpo_read_hook_with_its_own_marker(tmp_path):
+    """dpo_read_hook's assistant_role other than 'assistant:' is 2.10's rule, run as a hook: the prompt is the
+    chosen text up to its last marker (one user message), the responses what follows; a pair without the
+    marker is a dead letter."""
+    require_shared(QWEN)
+    records = [{"chosen": f"Q{i}: what is {i}?\nBOT: It is {i}.", "rejected": f"Q{i}: what is {i}?\nBOT: No idea."}
+               for i in range(4)] + [{"chosen": "no marker", "rejected": "none"}]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    config = _config(tmp_path, "dpo_read_hook", mode="dpo", input_dir=tmp_path / "in")
+    config.write_text(config.read_text().replace(
+        "{question_key: q, answer_key: a}", '{chosen_key: chosen, rejected_key: rejected, assistant_role: "bot:"}'))
+    assert _run(config) == 0
+    out = tmp_path / "out"
+    assert [(d["line"], d["reason"]) for d in _dead_letters(out)] == [(5, "no_assistant_marker")]
+    rows = read_rows(out)
+    assert len(rows) == 4
+    text = _tokenizer().decode([int(x) for x in rows[1][0] if x != 151643], skip_special_tokens=False)
+    assert "<|im_start|>user\nQ1: what is 1?\nBOT:<|im_end|>\n<|im_start|>assistant\nIt is 1.<|im_end|>" in text

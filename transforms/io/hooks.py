@@ -251,6 +251,8 @@ class ReadHookCheck:
         example = {c: json.loads(v) for c, v in zip(self.columns, values)}
         try:
             array = self._hook(example, **self.kwargs)
+        except RegionError as e:  # a built-in hook's own refusal of the record, with its reason
+            return e.reason, e.detail
         except Exception as e:  # noqa: BLE001 - the user's code: any failure is this record's, never the job's
             return "hook_raised", f"{self.spec.function} raised {type(e).__name__}: {_short_text(e)}"
         try:
@@ -267,7 +269,7 @@ class ReadHookCheck:
 def _preference(regions) -> "tuple[str, str] | Rewritten":
     """A DPO record: the chosen and the rejected regions' texts, and the prompt conversation (the regions before
     them: prompt turns as user messages), as the DPO mode reads a record (chosen, rejected, prompt); else why not.
-    Loss weights and masks do not apply: DPO trains the responses."""
+    Loss weights and masks do not apply: DPO trains the responses. Texts are stripped, as 2.10's DPO strips them."""
     sides: dict = {"chosen": [], "rejected": []}
     prompt: list = []
     for r in regions:
@@ -284,9 +286,10 @@ def _preference(regions) -> "tuple[str, str] | Rewritten":
     if missing or not prompt:
         what = " and ".join(missing) if missing else "prompt"
         return "not_a_preference", f"the array has no {what} turn (DPO needs a prompt, a chosen and a rejected one)"
-    messages = [{"role": m["role"], "content": m["content"]} for m in prompt]
-    return Rewritten((json.dumps("".join(sides["chosen"]), ensure_ascii=False),
-                      json.dumps("".join(sides["rejected"]), ensure_ascii=False),
+    # Stripped, as 2.10's DPO strips its prompt and responses (a transcript cut after "Assistant:" leaves a space).
+    messages = [{"role": m["role"], "content": m["content"].strip()} for m in prompt]
+    return Rewritten((json.dumps("".join(sides["chosen"]).strip(), ensure_ascii=False),
+                      json.dumps("".join(sides["rejected"]).strip(), ensure_ascii=False),
                       json.dumps(messages, ensure_ascii=False)))
 
 
