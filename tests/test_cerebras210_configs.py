@@ -210,3 +210,19 @@ def test_summarization_truncate_to_msl_cuts_the_pairs(tmp_path):
     assert params["dataset"]["truncate"] == "keep_start"
     rows = read_rows(tmp_path / "out")
     assert (rows[:, 1].sum(axis=1) > 0).all()  # every row still trains its completion
+
+
+def test_preprocess_data_command(tmp_path):
+    """2.10's command name: `preprocess_data --config cfg.yaml` runs the job; without --config it says how."""
+    import subprocess
+    import sys
+
+    require_shared()
+    code = "import sys; from pipelines.command import preprocess_data; preprocess_data()"
+    bare = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=OURS.parents[1])
+    assert bare.returncode == 2 and "--config is required" in bare.stderr
+    config = _config("autoregressive_lm_preprocessing", tmp_path, _text(tmp_path / "input"))
+    run = subprocess.run([sys.executable, "-c", code, "--config", str(config), *RUNNER], capture_output=True,
+                         text=True, cwd=OURS.parents[1])
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads((tmp_path / "out" / "data_params.json").read_text())["post-process"]["n_examples"] > 0
