@@ -444,5 +444,5 @@ def test_rows_of_three_features_and_trained_tokens():
     inverted = pack_segments(segs, _cfg(16, min_sequence_len=0, pack_sequences=False, inverted_mask=True),
                              features=3).rows
     assert inverted[0, 1].tolist() == [1, 0, 0] + [1] * 13
-    with pytest.raises(ValueError, match="^rows of 3 or 5 features, not 4$"):
+    with pytest.raises(ValueError, match=r"^rows of 3 or 5 features \(or 4, with attend flags\), not 4$"):
         PackedRows(segs, np.arange(2), 2, cfg, features=4)
