@@ -24,8 +24,10 @@ demo: install
 
 # Real engines (tests/test_engines.py): a smoke on Prism and a Flink cluster here; the whole matrix in test-runners.
 # They are set up on first use into .runners/ (kept); without Go or Java they skip, unless REQUIRE_RUNNERS=1.
+# Two test processes (the CI machine's cores), each taking whole test files: module fixtures (an emulator, a Flink
+# cluster) are started once, in one process.
 test: install
-	$(PY) -m pytest -q -o faulthandler_timeout=600 -m "not engine_matrix" tests
+	$(PY) -m pytest -q -o faulthandler_timeout=600 -m "not engine_matrix" -n 2 --dist loadfile tests
 
 # Whole jobs of every mode on hostile input, longer than make test's few examples (tests/test_fuzz_jobs.py).
 FUZZ_EXAMPLES ?= 60
