@@ -11,7 +11,9 @@ Per conversation (Chat, Chat_VSL): the contents are normalized (ftfy,
 wikitext) like any text, the conversation is encoded (`ChatEncoder`), and
 its tokens end with its last trained one: what follows it (later user turns,
 closing template text) teaches nothing, and a row's real part then ends with
-a trained position, as in every other mode. Then it is cut or dropped to fit
+a trained position, as in every other mode (with `loss_span` "content",
+Cerebras 2.10's, the closing text stays, untrained, as 2.10 writes it).
+Records that are a read hook's regions are encoded by chat.hooked instead. Then it is cut or dropped to fit
 max_seq_length + 1 tokens (`truncate`) and dropped below `min_sequence_len`.
 """
 
