@@ -8,6 +8,7 @@ translates to and passes `verify`; each of an unsupported one fails before anyth
 from __future__ import annotations
 
 import json
+import re
 import string
 from pathlib import Path
 
@@ -226,3 +227,74 @@ def test_preprocess_data_command(tmp_path):
                          text=True, cwd=OURS.parents[1])
     assert run.returncode == 0, run.stderr[-2000:]
     assert json.loads((tmp_path / "out" / "data_params.json").read_text())["post-process"]["n_examples"] > 0
+
+
+# ---------------------------------------------------------------- the translation's rules, without a job
+
+_BASE = {"setup": {"data": {"type": "local", "source": "/in"}, "mode": "pretraining", "output_dir": "/out"},
+         "processing": {"custom_tokenizer": "neoxtokenizer", "tokenizer_params": {"encoder_file": "/t.json"},
+                        "read_hook": "text_read_hook", "read_hook_kwargs": {"text_key": "text"}},
+         "dataset": {}}
+
+
+def _load(tmp_path, changes=None, flags=()):
+    import copy
+
+    import yaml
+
+    from pipelines.config import load_config
+
+    data = copy.deepcopy(_BASE)
+    for section, body in (changes or {}).items():
+        data.setdefault(section, {}).update(body)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_config(["--config", str(path), *flags])[0]
+
+
+def test_a_misplaced_key_is_refused_in_2_10s_words(tmp_path):
+    from pipelines.config import ConfigError
+
+    with pytest.raises(ConfigError, match="Parameter 'max_seq_length' in section 'dataset' is misplaced. It should "
+                                          "be in 'processing'."):
+        _load(tmp_path, {"dataset": {"max_seq_length": 128}})
+
+
+def test_an_unknown_key_is_named_and_ours_are_welcome(tmp_path):
+    config = _load(tmp_path, {"processing": {"max_seq_lenght": 128, "gzip_level": 1}})
+    assert any("processing.max_seq_lenght: unknown to 2.10 and to this tool" in n for n in config.notices)
+    assert config.gzip_level == 1 and config.max_seq_length == 2048  # the misspelt key changed nothing
+
+
+def test_flags_override_the_file_and_2_10_defaults_apply(tmp_path):
+    config = _load(tmp_path, {"processing": {"max_seq_length": 128}}, ["--max_seq_length", "64"])
+    assert (config.max_seq_length, config.source_of("max_seq_length")) == (64, "cli")
+    assert config.use_ftfy is True and config.source_of("use_ftfy") == "default"  # 2.10's default, not 2.1.1's
+    assert config.mode == "LMData" and config.jsonl_key == "text" and config.tokenizer_type == "NeoXTokenizer"
+
+
+@pytest.mark.parametrize("changes, says", [
+    ({"processing": {"huggingface_tokenizer": "/hf"}}, "both given"),
+    ({"processing": {"read_hook_kwargs": {"text_key": "text", "image_key": "img"}}}, "image_key"),
+    ({"processing": {"read_hook_kwargs": {}}}, "read_hook_kwargs.text_key is required"),
+    ({"setup": {"mode": "finetuning"}}, "does not serve setup.mode finetuning"),
+    ({"dataset": {"training_objective": "mlm"}}, "training_objective 'mlm' is not supported"),
+    ({"setup": {"mode": "embedding_training"}}, "embedding models are not supported"),
+    ({"processing": {"read_hook": "finetuning_llava_hook"}}, "multimodal data is not supported"),
+])
+def test_what_cannot_run_is_refused_naming_the_key(changes, says, tmp_path):
+    from pipelines.config import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        _load(tmp_path, changes)
+
+
+def test_a_2_10_file_given_as_params_points_to_config(tmp_path):
+    import yaml
+
+    from pipelines.config import ConfigError, load_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_BASE))
+    with pytest.raises(ConfigError, match="is a Cerebras 2.10 config .* --config"):
+        load_config(["LMData", "--params", str(path)])
