@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 from pipelines.config import SETTINGS, ConfigError  # config.py imports this module only inside load_config
 from transforms.core.hooks210 import BUILTIN_HOOKS
-from transforms.core.hooks210 import check_hook_kwargs
+from transforms.core.hooks210 import REQUIRED_KWARGS, check_hook_kwargs
 from transforms.io.hf_datasets import check_options
 from transforms.io.hooks import load_hook, parse_hook_spec
 
@@ -62,16 +62,15 @@ _ALSO_READ = {
 }
 
 HOOK_PREFIX = "cerebras.modelzoo.data_preparation.data_preprocessing.hooks:"
-# Built-in hook -> (the 2.10 modes it serves, its kwargs: required, optional).
+# Built-in hook with a mode of ours -> (the 2.10 modes it serves, its optional kwargs); the required ones are
+# transforms.core.hooks210.REQUIRED_KWARGS.
 SUPPORTED_HOOKS = {
-    "text_read_hook": (("pretraining",), ("text_key",), ()),
-    "prompt_completion_text_read_hook": (("finetuning",), ("prompt_key", "completion_key"), ()),
-    "chat_read_hook": (("finetuning",), ("multi_turn_key", "multi_turn_role_key", "multi_turn_content_key"),
-                       ("has_system_prompt",)),
-    "dpo_read_hook": (("dpo",), ("chosen_key", "rejected_key"), ("prompt_key", "assistant_role")),
-    "nlg_read_hook": (("nlg",), ("context_key", "completion_key"), ()),
+    "text_read_hook": (("pretraining",), ()),
+    "prompt_completion_text_read_hook": (("finetuning",), ()),
+    "chat_read_hook": (("finetuning",), ("has_system_prompt",)),
+    "dpo_read_hook": (("dpo",), ("prompt_key", "assistant_role")),
+    "nlg_read_hook": (("nlg",), ()),
 }
-# Built-in hooks that exist in 2.10 and that this tool does not run yet.
 # Any other hook (the user's own, or a built-in with no mode of ours) gives the rows its regions (chat.hooked).
 REGION_HOOK = "regions"
 _MODES = ("pretraining", "finetuning", "dpo", "nlg")
@@ -339,7 +338,8 @@ def _hook(processing: dict, path: str) -> tuple[str, dict, Optional[str]]:
             raise ConfigError(f"{path}: processing.read_hook_kwargs: {e}") from None
         digest = None if hook.source is None else hashlib.sha256(hook.source.encode("utf-8")).hexdigest()
         return name, kwargs, digest
-    _, required, optional = SUPPORTED_HOOKS[name]
+    optional = SUPPORTED_HOOKS[name][1]
+    required = REQUIRED_KWARGS[BUILTIN_HOOKS[name]]
     for key in required:
         if not kwargs.get(key):
             raise ConfigError(f"{path}: processing.read_hook_kwargs.{key} is required by {name}")

@@ -252,10 +252,14 @@ class Config:
         return uses_regions(self.read_hook, self.hook_kwargs)
 
     @property
+    def cerebras(self) -> dict:
+        """A 2.10 config's YAML, as read ({} for a job of this tool's own interface)."""
+        return json.loads(self.cerebras_config) if self.cerebras_config else {}
+
+    @property
     def hook_kwargs(self) -> dict:
         """A 2.10 config's processing.read_hook_kwargs."""
-        raw = json.loads(self.cerebras_config) if self.cerebras_config else {}
-        return dict((raw.get("processing") or {}).get("read_hook_kwargs") or {})
+        return dict((self.cerebras.get("processing") or {}).get("read_hook_kwargs") or {})
 
     @property
     def keys_tuple(self) -> tuple[str, ...]:
@@ -287,7 +291,7 @@ class Config:
         if self.cerebras_config:
             from pipelines.cerebras210 import merge_sections
 
-            out = merge_sections(out, json.loads(self.cerebras_config))
+            out = merge_sections(out, self.cerebras)
         return out
 
     def fingerprint(self, exclude: tuple = ("resume_from_checkpoint", "display_pbar", "overwrite_output",
@@ -302,7 +306,7 @@ class Config:
             if self.read_hook_digest:  # the same path with other code is another job
                 relevant["read_hook_digest"] = self.read_hook_digest
             if self.region_hook:  # the config's region weights and masks
-                processing = json.loads(self.cerebras_config).get("processing") or {}
+                processing = self.cerebras.get("processing") or {}
                 relevant["semantic"] = {k: v for k, v in processing.items() if k.startswith("semantic_")}
         return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -463,9 +463,8 @@ def _key_padding_mask(config: Config) -> bool:
 
 
 def _region_defaults(config: Config) -> RegionDefaults:
-    raw = json.loads(config.cerebras_config)
     try:
-        return RegionDefaults.from_processing(raw.get("processing") or {},
+        return RegionDefaults.from_processing(config.cerebras.get("processing") or {},
                                               pretraining=config.mode not in CHAT_MODES)
     except ValueError as e:
         raise UserError(str(e)) from None
