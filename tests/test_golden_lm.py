@@ -199,3 +199,16 @@ def test_statistics_equal_a_recount_of_the_files(case, runs):
     finally:
         os.chdir(cwd)
     assert_stats_recount(out, params, tok)
+
+
+@pytest.mark.parametrize("case", ["lm_pack_hf", "lm_pack_noftfy_wikitext_hf"])
+def test_data_params_names_the_ftfy_that_ran(case, runs):
+    """ftfy's fixes change between releases: a job with ftfy records which one ran, and that it ran exactly
+    (the fast path covers this release); a job without ftfy says nothing of it."""
+    import ftfy
+
+    _, params = runs(case)
+    if params["dataset"]["use_ftfy"]:
+        assert params["ftfy"] == {"version": ftfy.__version__, "fast_path": True}
+    else:
+        assert "ftfy" not in params
