@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_OUT ?= demo_output
 
-.PHONY: demo test fuzz test-runners runners prism-cache flink-cluster flink-cluster-stop spark-job-server spark-job-server-stop bench-runners test-torch install bench bench-compress bench-read vsl-pack-bench scale-sim split-bench read-rates progress-eta mutation clean
+.PHONY: demo test fuzz test-runners runners prism-cache flink-cluster flink-cluster-stop spark-job-server spark-job-server-stop bench-runners test-torch install bench bench-ftfy bench-compress bench-read vsl-pack-bench scale-sim split-bench read-rates progress-eta mutation clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -65,9 +65,19 @@ bench-runners: install
 clean:
 	rm -rf $(VENV) $(DEMO_OUT)
 
+# The English bench corpus, then the multilingual one (55 languages) with GPT-2 and Qwen2.5's tokenizer, ftfy off
+# and on; both read from ../shared/corpora/bench, never copied here. BENCH_ML_ARGS="--repeat 1" and so on.
+BENCH_ML_CORPUS ?= ../shared/corpora/bench/multilingual_natural.jsonl.zst
 bench: install
 	$(PY) benchmarks/bench.py $(BENCH_ARGS)
+	$(PY) benchmarks/bench.py --corpus $(BENCH_ML_CORPUS) --configs ftfy_off,ftfy_on,qwen_off,qwen_on $(BENCH_ML_ARGS)
 	$(PY) benchmarks/vsl_packing.py
+	$(MAKE) --no-print-directory bench-ftfy
+
+# ftfy.fix_text against transforms.core.fast_ftfy per script, one core, outputs compared.
+# BENCH_FTFY_ARGS="--limit-docs 2000" for a quick look.
+bench-ftfy: install
+	$(PY) benchmarks/ftfy_rates.py --corpus $(BENCH_ML_CORPUS) $(BENCH_FTFY_ARGS)
 
 # VSL packing time at 1x, 10x and 100x the bench corpus's documents (n log n), and its fill against the bounds.
 vsl-pack-bench: install
