@@ -214,3 +214,21 @@ def test_whole_rows_whose_fields_would_need_65_bits_are_counted_without_codes(gp
     row[::2][:1 << 16] = split
     assert int((~table.whole[row]).sum()) == 1 << 16
     assert gpt2_counter.count_rows(row[None, :], np.array([width])) == _decoded(gpt2_counter._tok, [row])
+
+
+def test_whole_rows_of_text_in_many_scripts(gpt2_counter):
+    """Rows of real text in 50 languages, where GPT-2 splits nearly every non-Latin character into byte
+    pieces: runs in nearly every row, decoded together, count what decoding each row counts."""
+    import json
+
+    corpus = ROOT.parent / "shared" / "corpora" / "multilingual_dev.jsonl"
+    if not corpus.exists():
+        pytest.skip("../shared/corpora is not here")
+    texts = [json.loads(line)["text"] for line in corpus.open(encoding="utf-8")]
+    stream = np.concatenate([gpt2_counter._tok.encode(t) for t in texts]).astype(np.int32)
+    rows = stream[: len(stream) // 512 * 512].reshape(-1, 512)
+    assert (~gpt2_counter._table.whole[rows]).any(axis=1).mean() > 0.5
+    lengths = np.full(len(rows), 512, dtype=np.int64)
+    assert gpt2_counter.count_rows(rows, lengths) == gpt2_counter._slow(list(rows))
+    cut = np.random.default_rng(1).integers(1, 512, len(rows))  # and cut anywhere, inside characters too
+    assert gpt2_counter.count_rows(rows, cut) == gpt2_counter._slow([r[:k] for r, k in zip(rows, cut)])

@@ -37,6 +37,10 @@ class _ByteTable:
         self.nbytes = np.array([len(p) for p in pieces], dtype=np.int64) * self.whole
         self.nchars = np.array([len(t) if t is not None else 0 for t in texts], dtype=np.int64)
         self.split_ids = np.flatnonzero(~self.whole)
+        # Every piece's bytes back to back, for gathering runs of them without a Python loop.
+        self.piece_sizes = np.array([len(p) for p in pieces], dtype=np.int64)
+        self.piece_starts = np.concatenate([[0], np.cumsum(self.piece_sizes)[:-1]]).astype(np.int64)
+        self.piece_bytes = np.frombuffer(b"".join(pieces), dtype=np.uint8)
         self._codes: dict = {}
 
     def codes(self, width: int) -> Optional[tuple[np.ndarray, int, int]]:
@@ -176,19 +180,31 @@ class DetokCounter:
         return chars, nbytes
 
     def _split_runs(self, ids: np.ndarray, lengths: np.ndarray) -> tuple[int, int]:
-        """(chars, bytes) of the runs of pieces that are not UTF-8 alone, decoded, each cut at its row's end."""
+        """(chars, bytes) of the runs of pieces that are not UTF-8 alone, decoded, each cut at its row's end.
+
+        All runs are decoded in one call, a NUL byte between each two: a NUL
+        is a whole character that no sequence continues into, so it ends an
+        unfinished sequence before it as the end of a run would (one U+FFFD
+        per maximal invalid part either way), and the decoding after it
+        starts afresh. Subtracting the NULs gives the sum of the runs decoded
+        one by one. Text in a script of multi-byte characters has runs in
+        nearly every row, too many for a Python loop over them.
+        """
         table = self._table
         split = np.flatnonzero(~table.whole[ids])
         row_starts = np.concatenate([[0], np.cumsum(lengths)])
         row_of = np.searchsorted(row_starts, split, side="right")
         new_run = np.ones(len(split), dtype=bool)
         new_run[1:] = (np.diff(split) != 1) | (np.diff(row_of) != 0)
-        bounds = np.append(np.flatnonzero(new_run), len(split)).tolist()
-        split_ids = ids[split].tolist()
-        pieces = table.pieces
-        chars = nbytes = 0
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
-            text = b"".join([pieces[t] for t in split_ids[lo:hi]]).decode("utf-8", errors="replace")
-            chars += len(text)
-            nbytes += len(text.encode("utf-8"))
-        return chars, nbytes
+        if not len(split):
+            return 0, 0
+        tokens = ids[split]
+        sizes = table.piece_sizes[tokens]
+        ends = np.cumsum(sizes)
+        begins = ends - sizes
+        # Each output byte's place in the table's bytes: its piece's start, plus its place in the piece.
+        source = np.arange(int(ends[-1]), dtype=np.int64) - np.repeat(begins - table.piece_starts[tokens], sizes)
+        data = np.insert(table.piece_bytes[source], begins[new_run][1:], 0)
+        text = data.tobytes().decode("utf-8", errors="replace")
+        separators = int(new_run.sum()) - 1
+        return len(text) - separators, len(text.encode("utf-8")) - separators
