@@ -41,15 +41,21 @@ triggers are taken from the installed ftfy's own tables and regexes, see
 - normalize: the identity where `unicodedata.is_normalized` says so.
 
 So a text in which no trigger occurs is returned as it is, after a few C
-scans. A text with triggers but no mojibake (curly quotes, a ligature, one
-line not in NFC...) goes through one pass over the whole document (every
-step works character by character, or by patterns that never span a
-newline, and a newline is a normalization boundary, so one pass over the
-document equals one pass per segment); if the result has no trigger left,
-ftfy's second pass would change nothing and the result is final. Anything
-else (mojibake, a segment of `max_decode_length`, a pass that leaves a
-trigger) goes segment by segment, calling `ftfy.fix_and_explain` on the
-segments that have a trigger.
+scans. A text with triggers but no mojibake (curly quotes, fullwidth
+punctuation, one line not in NFC...) goes through one pass over the whole
+document, unescaping up to the segment with the first `<`: every step works
+character by character, or by patterns that never span a newline, a newline
+is a normalization boundary, and no step removes one, so the document's
+newlines keep the segments apart and one pass over the document is one
+pass over each segment. If the result holds no trigger, entity or mojibake
+and is normalized, ftfy's second pass would change nothing and the result
+is final. Anything else (mojibake, a segment of `max_decode_length`, a pass
+that leaves a trigger) goes segment by segment, calling
+`ftfy.fix_and_explain` on the segments that have a trigger.
+
+The translation steps run as substitutions at their tables' keys (the same
+string; `_translating`, checked against ftfy's own function on every key
+when the tables are built): str.translate looks up every character.
 
 The argument covers ftfy's code as of `PROVEN_VERSIONS`. Under any other
 version `fix_text` is ftfy's own (slow, still exact) and `fast_path()` says
