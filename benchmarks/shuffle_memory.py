@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import GPT2, MEASURE, ROOT  # noqa: E402
+from bench import GPT2, LAUNCHER, ROOT  # noqa: E402
 
 BENCH = ROOT.parent / "shared" / "corpora" / "bench"
 
@@ -51,11 +51,12 @@ def run(input_dir: Path, out: Path, strategy: str, msl: int) -> tuple[float, flo
             "--vocab_file", str(GPT2 / "vocab.bpe"), "--encoder_file", str(GPT2 / "encoder.json"),
             "--max_seq_length", str(msl), "--shuffle", "True", "--shuffle_strategy", strategy,
             "--display_pbar", "False"]
-    proc = subprocess.run([sys.executable, "-c", MEASURE, *args], cwd=ROOT, capture_output=True, text=True)
-    line = [x for x in proc.stderr.splitlines() if x.startswith("BENCH ")]
-    if proc.returncode != 0 or not line:
+    # The command as users run it, timed (and its peak RSS taken) by bench.py's launcher around it.
+    proc = subprocess.run([sys.executable, "-c", LAUNCHER, sys.executable, "-m", "pipelines.create_hdf5_dataset",
+                           *args], cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
         raise SystemExit(proc.stderr[-3000:])
-    _, _, seconds, peak_kb = line[-1].split()
+    seconds, peak_kb = proc.stdout.split()
     shutil.rmtree(out)
     return float(seconds), int(peak_kb) / 1024
 
