@@ -76,8 +76,8 @@ def _byte_level_table(tok) -> Optional[_ByteTable]:
     for a byte into those bytes, and any other token into its own UTF-8 text;
     added tokens too ("ĀĀ" decodes to two NUL bytes, "a b" to itself).
     """
-    spec = json.loads(tok.backend.to_str())
-    decoder = spec.get("decoder") or {}
+    # The decoder's own state: the whole tokenizer's JSON (megabytes) would cost a twentieth of a second.
+    decoder = json.loads(tok.backend.decoder.__getstate__()) if tok.backend.decoder is not None else {}
     if decoder.get("type") != "ByteLevel" or tok.clean_up_spaces:
         return None
     size = tok.backend.get_vocab_size(with_added_tokens=True)
