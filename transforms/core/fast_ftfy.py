@@ -370,14 +370,17 @@ def fix_text(text: str, normalization: Optional[str] = "NFC") -> str:
         if not found.isdisjoint(chars):
             fixed = step(fixed)
             found = set(t.trigger.findall(fixed))  # what it made (a width form may become anything)
-    if not _normalized(normalization, fixed):
+    renormalized = not _normalized(normalization, fixed)
+    if renormalized:
         fixed = unicodedata.normalize(normalization, fixed)
     if fixed == text:
         return text
-    # ftfy's second pass over each changed segment changes nothing when nothing could act on it any more
-    # (an entity anywhere counts: unescaping may be off there, but finding out is not worth it).
-    if (t.trigger.search(fixed) is None and t.entity.search(fixed) is None and not _bad(t, fixed)
-            and _normalized(normalization, fixed)):
+    # ftfy's second pass over each changed segment changes nothing when nothing could act on it any more: no
+    # trigger (`found` holds the last step's result's, unless normalizing changed it since), no entity (anywhere:
+    # unescaping may be off there, but finding out is not worth it), no mojibake; and normalized it is
+    # (normalizing twice is normalizing once).
+    triggered = t.trigger.search(fixed) is not None if renormalized else bool(found)
+    if not triggered and t.entity.search(fixed) is None and not _bad(t, fixed):
         return fixed
     return _by_segments(t, text, normalization)
 
