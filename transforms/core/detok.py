@@ -38,8 +38,8 @@ class _ByteTable:
         self.nchars = np.array([len(t) if t is not None else 0 for t in texts], dtype=np.int64)
         self.split_ids = np.flatnonzero(~self.whole)
         # Every piece's bytes back to back, for gathering runs of them without a Python loop.
-        self.piece_sizes = np.array([len(p) for p in pieces], dtype=np.int64)
-        self.piece_starts = np.concatenate([[0], np.cumsum(self.piece_sizes)[:-1]]).astype(np.int64)
+        self.piece_sizes = np.array([len(p) for p in pieces], dtype=np.int32)
+        self.piece_starts = np.concatenate([[0], np.cumsum(self.piece_sizes)[:-1]]).astype(np.int32)
         self.piece_bytes = np.frombuffer(b"".join(pieces), dtype=np.uint8)
         self._codes: dict = {}
 
@@ -192,18 +192,24 @@ class DetokCounter:
         """
         table = self._table
         split = np.flatnonzero(~table.whole[ids])
-        row_starts = np.concatenate([[0], np.cumsum(lengths)])
-        row_of = np.searchsorted(row_starts, split, side="right")
-        new_run = np.ones(len(split), dtype=bool)
-        new_run[1:] = (np.diff(split) != 1) | (np.diff(row_of) != 0)
         if not len(split):
             return 0, 0
+        new_run = np.ones(len(split), dtype=bool)
+        new_run[1:] = np.diff(split) != 1
+        # A run also ends with its row: a split token whose row differs from the one before it starts a run.
+        row_starts = np.cumsum(lengths)[:-1]
+        at = np.searchsorted(split, row_starts)
+        inside = at < len(split)
+        at = at[inside]
+        new_run[at[split[at] == row_starts[inside]]] = True
         tokens = ids[split]
+        # int32 throughout: a batch's pieces are far fewer than 2**31 bytes, and these arrays are the size of
+        # its split characters (half of all tokens in some scripts): int64 would double the memory they touch.
         sizes = table.piece_sizes[tokens]
-        ends = np.cumsum(sizes)
+        ends = np.cumsum(sizes, dtype=np.int32)
         begins = ends - sizes
         # Each output byte's place in the table's bytes: its piece's start, plus its place in the piece.
-        source = np.arange(int(ends[-1]), dtype=np.int64) - np.repeat(begins - table.piece_starts[tokens], sizes)
+        source = np.arange(int(ends[-1]), dtype=np.int32) - np.repeat(begins - table.piece_starts[tokens], sizes)
         data = np.insert(table.piece_bytes[source], begins[new_run][1:], 0)
         text = data.tobytes().decode("utf-8", errors="replace")
         separators = int(new_run.sum()) - 1
