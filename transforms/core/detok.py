@@ -203,13 +203,14 @@ class DetokCounter:
         at = at[inside]
         new_run[at[split[at] == row_starts[inside]]] = True
         tokens = ids[split]
-        # int32 throughout: a batch's pieces are far fewer than 2**31 bytes, and these arrays are the size of
-        # its split characters (half of all tokens in some scripts): int64 would double the memory they touch.
         sizes = table.piece_sizes[tokens]
-        ends = np.cumsum(sizes, dtype=np.int32)
+        # int32 where the runs' bytes fit (a batch of rows is far below 2**31): these arrays are the size of its
+        # split characters (half of all tokens in some scripts), and int64 would double the memory they touch.
+        index = np.int32 if int(sizes.sum(dtype=np.int64)) < 2**31 else np.int64
+        ends = np.cumsum(sizes, dtype=index)
         begins = ends - sizes
         # Each output byte's place in the table's bytes: its piece's start, plus its place in the piece.
-        source = np.arange(int(ends[-1]), dtype=np.int32) - np.repeat(begins - table.piece_starts[tokens], sizes)
+        source = np.arange(int(ends[-1]), dtype=index) - np.repeat(begins - table.piece_starts[tokens], sizes)
         data = np.insert(table.piece_bytes[source], begins[new_run][1:], 0)
         text = data.tobytes().decode("utf-8", errors="replace")
         separators = int(new_run.sum()) - 1
