@@ -33,12 +33,12 @@ class _ByteTable:
         self.pieces = pieces
         texts = [_utf8_or_none(p) for p in pieces]
         self.whole = np.array([t is not None for t in texts], dtype=bool)
-        # Sizes of the pieces that are valid UTF-8 on their own, 0 for the others.
-        self.nbytes = np.array([len(p) for p in pieces], dtype=np.int64) * self.whole
-        self.nchars = np.array([len(t) if t is not None else 0 for t in texts], dtype=np.int64)
-        self.split_ids = np.flatnonzero(~self.whole)
         # Every piece's bytes back to back, for gathering runs of them without a Python loop.
         self.piece_sizes = np.array([len(p) for p in pieces], dtype=np.int32)
+        # Sizes of the pieces that are valid UTF-8 on their own, 0 for the others.
+        self.nbytes = self.piece_sizes.astype(np.int64) * self.whole
+        self.nchars = np.array([len(t) if t is not None else 0 for t in texts], dtype=np.int64)
+        self.split_ids = np.flatnonzero(~self.whole)
         self.piece_starts = np.concatenate([[0], np.cumsum(self.piece_sizes)[:-1]]).astype(np.int32)
         self.piece_bytes = np.frombuffer(b"".join(pieces), dtype=np.uint8)
         self._codes: dict = {}

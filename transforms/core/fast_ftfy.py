@@ -120,11 +120,11 @@ def _unparse(items) -> str:
     """Regex source for parsed items (the few kinds BADNESS_RE is made of)."""
     from re import _constants as c
 
-    char = _char
+    categories = _categories()
     out = []
     for op, arg in items:
         if op is c.LITERAL:
-            out.append(char(arg))
+            out.append(_char(arg))
         elif op is c.ANY:
             out.append(".")
         elif op is c.IN:
@@ -133,11 +133,11 @@ def _unparse(items) -> str:
                 if iop is c.NEGATE:
                     parts.append("^")
                 elif iop is c.LITERAL:
-                    parts.append(char(iarg))
+                    parts.append(_char(iarg))
                 elif iop is c.RANGE:
-                    parts.append(f"{char(iarg[0])}-{char(iarg[1])}")
-                elif iop is c.CATEGORY and iarg in _categories():
-                    parts.append(_categories()[iarg])
+                    parts.append(f"{_char(iarg[0])}-{_char(iarg[1])}")
+                elif iop is c.CATEGORY and iarg in categories:
+                    parts.append(categories[iarg])
                 else:
                     raise _Unsupported(f"{iop} {iarg}")
             out.append("[" + "".join(parts) + "]")
@@ -200,7 +200,7 @@ def _categories():
 
 
 def _char_class(chars) -> str:
-    return "[" + "".join(f"\\U{cp:08x}" for cp in sorted(chars)) + "]"
+    return "[" + "".join(map(_char, sorted(chars))) + "]"
 
 
 def _class_chars(pattern: str) -> frozenset:
@@ -209,10 +209,9 @@ def _class_chars(pattern: str) -> frozenset:
     from re import _parser
 
     parsed = _parser.parse(pattern)
-    if len(parsed) == 1 and parsed[0][0] is c.IN and _char_set(parsed[0][1]) is not None:
-        return _char_set(parsed[0][1])
-    if len(parsed) == 1 and parsed[0][0] is c.LITERAL:
-        return frozenset((parsed[0][1],))
+    chars = _item_chars(*parsed[0]) if len(parsed) == 1 else None
+    if chars is not None:
+        return chars
     raise _Unsupported(f"not a character class: {pattern!r}")
 
 
@@ -220,11 +219,7 @@ class _Tables:
     """ftfy's own tables and regexes, and the scans built from them (once per process)."""
 
     def __init__(self):
-        import re
-
         import ftfy
-        from ftfy import chardata, fixes
-        from ftfy.badness import BADNESS_RE
 
         self.version = ftfy.__version__
         self.ftfy = ftfy
@@ -232,13 +227,19 @@ class _Tables:
         if self.version not in PROVEN_VERSIONS:
             return
         try:
-            self._build(re, ftfy, chardata, fixes, BADNESS_RE)
+            self._build()
         except _Unsupported as e:  # a proven version cannot get here; a patched one could
             self.reason = f"ftfy {self.version}: {e}"
             return
         self.fast, self.reason = True, ""
 
-    def _build(self, re, ftfy, chardata, fixes, BADNESS_RE):
+    def _build(self):
+        import re
+
+        import ftfy
+        from ftfy import chardata, fixes
+        from ftfy.badness import BADNESS_RE
+
         self.max_decode_length = ftfy.TextFixerConfig().max_decode_length
         self.entity = chardata.HTML_ENTITY_RE
         self.unescape_html = fixes.unescape_html
@@ -358,6 +359,21 @@ def _normalized(normalization: Optional[str], text: str) -> bool:
     return normalization is None or unicodedata.is_normalized(normalization, text)
 
 
+def _normal(t: _Tables, normalization: Optional[str], text: str) -> str:
+    """`text` normalized: the same object when it already is.
+
+    On text whose quick check cannot settle it (combining marks: Tamil and Bengali vowel signs, Hangul jamo)
+    is_normalized normalizes the whole text and throws the result away, so there the text is normalized
+    outright; elsewhere the quick check answers at C speed. The hint only picks the cheaper question.
+    """
+    if normalization is None:
+        return text
+    if t.combining.search(text) is None and unicodedata.is_normalized(normalization, text):
+        return text
+    out = unicodedata.normalize(normalization, text)
+    return text if out == text else out
+
+
 def _unescape_end(text: str) -> int:
     """Where HTML unescaping stops: at the segment holding the first "<" (for a text of short segments)."""
     lt = text.find("<")
@@ -372,24 +388,10 @@ def fix_text(text: str, normalization: Optional[str] = "NFC") -> str:
     if len(text) > t.max_decode_length or _bad(t, text):
         return _by_segments(t, text, normalization)
     cut = _unescape_end(text) if "&" in text else 0
-    entities = cut > 0 and t.entity.search(text, 0, cut) is not None
-    # Normalized or not, asked once. On text whose quick check cannot settle it (combining marks: Tamil and
-    # Bengali vowel signs, Hangul jamo) is_normalized normalizes the whole text and throws the result away, so
-    # there the text is normalized outright and the result kept; elsewhere the quick check answers at C speed.
-    # Either way the answer is the truth: the hint only picks the cheaper question.
-    ready = None
-    if normalization is None:
-        normalized = True
-    elif t.combining.search(text) is not None:
-        ready = unicodedata.normalize(normalization, text)
-        normalized = ready == text
-    else:
-        normalized = unicodedata.is_normalized(normalization, text)
-    if not entities and t.trigger.search(text) is None and normalized:
-        return text
-    # One pass of fix_and_explain over the whole document.
+    # One pass of fix_and_explain over the whole document; on most documents nothing acts, and this is three
+    # C scans and a normalization check.
     fixed = text
-    if entities:
+    if cut > 0 and t.entity.search(text, 0, cut) is not None:
         fixed = t.unescape_html(text[:cut]) + text[cut:]
         if _bad(t, fixed):  # fix_encoding sees the unescaped text
             return _by_segments(t, text, normalization)
@@ -398,16 +400,15 @@ def fix_text(text: str, normalization: Optional[str] = "NFC") -> str:
         if not found.isdisjoint(chars):
             fixed = step(fixed)
             found = set(t.trigger.findall(fixed))  # what it made (a width form may become anything)
-    renormalized = not (normalized if fixed is text else _normalized(normalization, fixed))
-    if renormalized:
-        fixed = ready if fixed is text and ready is not None else unicodedata.normalize(normalization, fixed)
+    stepped = fixed
+    fixed = _normal(t, normalization, fixed)
     if fixed == text:
         return text
     # ftfy's second pass over each changed segment changes nothing when nothing could act on it any more: no
     # trigger (`found` holds the last step's result's, unless normalizing changed it since), no entity (anywhere:
     # unescaping may be off there, but finding out is not worth it), no mojibake; and normalized it is
     # (normalizing twice is normalizing once).
-    triggered = t.trigger.search(fixed) is not None if renormalized else bool(found)
+    triggered = t.trigger.search(fixed) is not None if fixed is not stepped else bool(found)
     if not triggered and t.entity.search(fixed) is None and not _bad(t, fixed):
         return fixed
     return _by_segments(t, text, normalization)
