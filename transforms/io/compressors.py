@@ -67,15 +67,21 @@ class Codec:
             return lambda data: deflate.zlib_compress(data, level)
         return lambda data: self._module().compress(data, level)
 
-    def raw_stream(self):
-        """A raw-deflate compressobj (no header, 32 KiB window) for chunks built from pieces (VSL rows).
+    def raw_piece(self, data) -> bytes:
+        """Raw deflate blocks of `data` (no header, 32 KiB window) that end byte-aligned and not final, so that
+        more blocks can follow: the token rows of a VSL chunk, whose counting rows come from pieces.
 
-        libdeflate only compresses whole buffers, and a piece must end in a
-        sync flush so that more blocks can follow: its chunks use zlib there.
+        zlib and its kin write them with a sync flush. libdeflate only writes whole streams, whose last block is
+        final: its piece is that stream made to go on (`_libdeflate_piece`), and zlib's when it cannot be.
         """
+        if self.name == LIBDEFLATE:
+            piece = _libdeflate_piece(data, self.level)
+            if piece is not None:
+                return piece
         module = zlib if self.name == LIBDEFLATE else self._module()
         level = self.level if self.name == LIBDEFLATE else self.native_level
-        return module.compressobj(level, module.DEFLATED, -15)
+        stream = module.compressobj(level, module.DEFLATED, -15)
+        return stream.compress(data) + stream.flush(module.Z_SYNC_FLUSH)
 
     def version(self) -> str:
         """The library and its version, for data_params.json (the bytes depend on it)."""
@@ -106,6 +112,49 @@ class Codec:
         if zlib.decompress(self.compress()(sample)) != sample:
             raise ValueError(f"--compressor {self.name}: its output does not read back through zlib")
         return self
+
+
+# An empty stored block's length and its complement: what a sync flush ends with.
+_EMPTY_STORED = b"\x00\x00\xff\xff"
+
+
+def _libdeflate_piece(data, level: int):
+    """libdeflate's raw stream of `data` made to go on, or None when it has more than one block.
+
+    A stream of one block starts with that block's BFINAL bit (bit 0 of byte 0): clearing it makes the
+    block not final. What follows it must then be a block header, starting right after the block's end
+    code, where libdeflate padded with p zero bits to the byte's end (p is 0-7, known only by decoding).
+    p >= 3: those zeros are the header of a stored block (BFINAL 0, BTYPE 00), which is aligned to the
+    next byte, so a length of 0 and its complement end it. p < 3: the header also takes a zero byte's
+    first bits, and its length follows that byte. Each ending is refused by the other p (a stored
+    length and its complement that do not match). A set bit among the last byte's top three is the end
+    code's, so p < 3; otherwise decoding tells which ending is right (mostly p >= 3): libdeflate
+    inflates the piece, ended by an empty final block, and must give back `data`. Then the piece ends
+    in an empty stored block, as a sync flush's does, and blocks may follow it.
+
+    No data: None too (see below).
+
+    A stream of more blocks (inputs much over the 24 KiB of a VSL row's tokens at msl 2048) keeps its
+    last BFINAL bit where only decoding finds it: None, and the caller uses zlib.
+    """
+    import deflate
+
+    if not len(data):
+        return None  # the binding's inflate into no room returns nothing without decoding: it could not check
+    stream = bytearray(deflate.deflate_compress(data, level))
+    if not stream[0] & 1:
+        return None
+    stream[0] &= 0xFE
+    if stream[-1] & 0xE0:  # a bit of the end code among the last byte's top three: p < 3, no decoding needed
+        return bytes(stream) + b"\x00" + _EMPTY_STORED
+    for ending in (_EMPTY_STORED, b"\x00" + _EMPTY_STORED):
+        piece = bytes(stream) + ending
+        try:
+            if deflate.deflate_decompress(piece + b"\x03\x00", len(data)) == data:
+                return piece
+        except deflate.DeflateError:
+            pass
+    return None
 
 
 def as_codec(level_or_codec) -> Codec:

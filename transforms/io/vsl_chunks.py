@@ -82,7 +82,7 @@ def _tail(lengths: tuple, msl: int) -> tuple[bytes, int]:
 def compress_vsl_row(row: np.ndarray, lengths: Sequence[int], level: "int | Codec") -> bytes:
     """The zlib chunk of one [5, msl] VSL row whose segments have `lengths` positions, in order.
 
-    The token rows are deflated by the codec's streaming compressor (`Codec.raw_stream`; a bare level: zlib).
+    The token rows are deflated by the codec as a piece more blocks follow (`Codec.raw_piece`; a bare level: zlib).
 
     Raises ValueError when the row's spans and positions are not the ramps of `lengths`.
     """
@@ -94,8 +94,7 @@ def compress_vsl_row(row: np.ndarray, lengths: Sequence[int], level: "int | Code
                          f"{sum(lengths)} positions in a row of {msl}")
     data = memoryview(row).cast("B")  # the row's bytes, not a copy
     split = 3 * msl * 4
-    deflate = as_codec(level).raw_stream()
-    head_blocks = deflate.compress(data[:split]) + deflate.flush(zlib.Z_SYNC_FLUSH)
+    head_blocks = as_codec(level).raw_piece(data[:split])
     # libdeflate's adler32: the same sums at ~6x zlib's speed (zlib's took 11 us of a row's ~170).
     head = adler32(data[:split])
     tail_blocks, tail = _tail(lengths, msl)
