@@ -1,0 +1,356 @@
+"""Mixtures by token budget: which documents of each source a job takes, and how many times, from content alone.
+
+A mixture is a list of sources, each with a share of the output's tokens
+(`weight`) or an absolute budget (`tokens`), and a cap on repetition
+(`max_repeats`, default 1: no document twice). A source's target t tokens
+out of its T available become c = t // T whole copies of the source plus a
+remainder of R = t - c * T tokens, taken from the documents whose keyed hash
+(`document_hash`: BLAKE2b of the document's token ids under the mixture
+seed) lies below a threshold. A document is thus taken c or c + 1 times,
+decided by its content, the settings and nothing else: not its file, its
+place, the runner, the worker count or how the work was split.
+
+The threshold is found exactly, in two passes over summaries that add up in
+any order:
+
+1. `Histogram`: per source, the tokens of its documents by hash bucket (the
+   hash's top `BUCKET_BITS` bits). `coarse_plan` walks the buckets up to the
+   one where the remainder is reached: every document below that bucket is
+   taken, and the boundary bucket (1/65,536 of the documents) is decided in
+2. `refine_plan`, from the (hash, tokens) of the boundary bucket's documents,
+   sorted: the cut that comes nearest the remainder. So the realized tokens
+   of a source are within half a document of its target (a few identical
+   documents, which share a hash, move together).
+
+Without a total (`total_tokens`), the mixture is the largest one that keeps
+every weighted source within its cap: the total is set by the source that
+runs out first. Every function here is plain Python and numpy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import re
+from typing import Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+__all__ = ["MixtureSource", "MixtureSpec", "Histogram", "SourcePlan", "MixturePlan", "parse_token_count",
+           "parse_mixture", "document_hash", "batch_hashes", "coarse_plan", "refine_plan", "BUCKET_BITS"]
+
+BUCKET_BITS = 16
+_SHIFT = 64 - BUCKET_BITS
+_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+_COUNT = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([kKmMbBgGtT]?)\s*$")
+
+
+def parse_token_count(value, what: str = "tokens") -> int:
+    """A number of tokens: an integer, or a number with a k / M / B (or G) / T suffix (powers of 1000).
+
+    >>> parse_token_count("1.5B"), parse_token_count("250k"), parse_token_count(1000)
+    (1500000000, 250000, 1000)
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{what}: {value!r} is not a number of tokens")
+    if isinstance(value, int):
+        count = value
+    else:
+        match = _COUNT.match(str(value))
+        if not match:
+            raise ValueError(f"{what}: {value!r} is not a number of tokens (e.g. 2000000, 500M, 1.5B, 2T)")
+        number, suffix = match.groups()
+        exact = float(number) * _SUFFIXES[suffix.lower()]
+        count = round(exact)
+        if abs(exact - count) > 1e-6 * max(1.0, exact):
+            raise ValueError(f"{what}: {value!r} is not a whole number of tokens")
+    if count <= 0:
+        raise ValueError(f"{what}: {value!r} must be at least 1 token")
+    return count
+
+
+@dataclasses.dataclass(frozen=True)
+class MixtureSource:
+    """One source of a mixture: where its files are, and its share (weight) or budget (tokens)."""
+
+    name: str
+    path: str  # a directory, a glob, or a metadata file listing input paths
+    weight: Optional[float] = None
+    tokens: Optional[int] = None
+    max_repeats: float = 1.0  # at most this many times its available tokens (1: no document twice)
+
+
+@dataclasses.dataclass(frozen=True)
+class MixtureSpec:
+    sources: tuple  # MixtureSource, in the order given
+    total_tokens: Optional[int] = None
+    seed: int = 0
+
+    def index(self, name: str) -> int:
+        return [s.name for s in self.sources].index(name)
+
+
+_SOURCE_KEYS = {"source", "path", "name", "weight", "tokens", "max_repeats"}
+
+
+def parse_mixture(entries, *, total_tokens=None, seed: int = 0) -> MixtureSpec:
+    """The `mixture` setting (a list of mappings) -> MixtureSpec; ValueError names the entry at fault."""
+    if isinstance(entries, Mapping):
+        entries = [{"name": name, **(value if isinstance(value, Mapping) else {"weight": value})}
+                   for name, value in entries.items()]
+    if not isinstance(entries, (list, tuple)) or not entries:
+        raise ValueError("mixture: a list of sources, each {source: PATH, weight: W | tokens: N[, max_repeats: R]}")
+    sources, names = [], set()
+    for i, entry in enumerate(entries):
+        where = f"mixture[{i}]"
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"{where}: {entry!r} is not a mapping")
+        unknown = set(entry) - _SOURCE_KEYS
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))} "
+                             f"(known: {', '.join(sorted(_SOURCE_KEYS))})")
+        path = entry.get("source", entry.get("path"))
+        if not isinstance(path, str) or not path.strip():
+            raise ValueError(f"{where}: needs source: a directory, a glob or a metadata file")
+        name = str(entry.get("name") or _default_name(path))
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
+            raise ValueError(f"{where}: name {name!r}: use letters, digits, '.', '_' or '-'")
+        if name in names:
+            raise ValueError(f"{where}: two sources are named {name!r}; give one a name:")
+        names.add(name)
+        has_weight, has_tokens = entry.get("weight") is not None, entry.get("tokens") is not None
+        if has_weight == has_tokens:
+            raise ValueError(f"{where} ({name}): give exactly one of weight (a share of the output's tokens) "
+                             f"or tokens (a budget)")
+        weight = tokens = None
+        if has_weight:
+            weight = _positive(entry["weight"], f"{where} ({name}) weight")
+        else:
+            tokens = parse_token_count(entry["tokens"], f"{where} ({name}) tokens")
+        repeats = _positive(entry.get("max_repeats", 1), f"{where} ({name}) max_repeats")
+        if repeats < 1:
+            raise ValueError(f"{where} ({name}) max_repeats: {repeats!r} must be at least 1 (1: no repetition)")
+        sources.append(MixtureSource(name, path.strip(), weight, tokens, repeats))
+    total = None if total_tokens in (None, "") else parse_token_count(total_tokens, "total_tokens")
+    if total is not None and not any(s.weight is not None for s in sources):
+        budgets = sum(s.tokens for s in sources)
+        if budgets != total:
+            raise ValueError(f"total_tokens {total} but every source has a budget, adding up to {budgets}: "
+                             f"give one of them a weight, or leave total_tokens out")
+    return MixtureSpec(tuple(sources), total, int(seed))
+
+
+def _default_name(path: str) -> str:
+    parts = [p for p in re.split(r"[\\/]", path.rstrip("/\\")) if p and not any(c in p for c in "*?[")]
+    base = parts[-1] if parts else "source"
+    base = re.sub(r"\.(txt|list|json|jsonl)$", "", base)
+    return re.sub(r"[^A-Za-z0-9._-]", "_", base).lstrip("._-") or "source"
+
+
+def _positive(value, what: str) -> float:
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: {value!r} is not a number") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"{what}: {value!r} must be > 0")
+    return number
+
+
+def document_hash(values: Sequence[np.ndarray], key: bytes) -> int:
+    """A document's 64-bit keyed hash, from its token ids (each key's, with its length): its content."""
+    h = hashlib.blake2b(digest_size=8, key=key)
+    for ids in values:
+        ids = np.ascontiguousarray(ids, dtype="<i4")
+        h.update(len(ids).to_bytes(8, "little"))
+        h.update(memoryview(ids).cast("B"))
+    return int.from_bytes(h.digest(), "big")
+
+
+def hash_key(seed: int) -> bytes:
+    """The BLAKE2b key of a mixture seed (another seed, another draw)."""
+    return hashlib.sha256(f"mixture:{int(seed)}".encode()).digest()[:32]
+
+
+def batch_hashes(tokens: Sequence[tuple], seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(hashes uint64, token counts int64) of a batch's documents (tuples of per-key id arrays)."""
+    key = hash_key(seed)
+    hashes = np.fromiter((document_hash(doc, key) for doc in tokens), dtype=np.uint64, count=len(tokens))
+    counts = np.fromiter((sum(len(ids) for ids in doc) for doc in tokens), dtype=np.int64, count=len(tokens))
+    return hashes, counts
+
+
+@dataclasses.dataclass
+class Histogram:
+    """Per source: documents and tokens by hash bucket. Adds up in any order (a sum)."""
+
+    docs: np.ndarray  # int64 [sources, 2**BUCKET_BITS]
+    tokens: np.ndarray  # int64 [sources, 2**BUCKET_BITS]
+
+    @classmethod
+    def empty(cls, n_sources: int) -> "Histogram":
+        shape = (n_sources, 1 << BUCKET_BITS)
+        return cls(np.zeros(shape, np.int64), np.zeros(shape, np.int64))
+
+    @classmethod
+    def of(cls, n_sources: int, source: int, hashes: np.ndarray, counts: np.ndarray) -> "Histogram":
+        out = cls.empty(n_sources)
+        buckets = (hashes >> np.uint64(_SHIFT)).astype(np.int64)
+        np.add.at(out.docs[source], buckets, 1)
+        np.add.at(out.tokens[source], buckets, counts)
+        return out
+
+    def add(self, other: "Histogram") -> "Histogram":
+        self.docs += other.docs
+        self.tokens += other.tokens
+        return self
+
+
+@dataclasses.dataclass(frozen=True)
+class SourcePlan:
+    """What a job takes of one source: every document `copies` times, one more below `threshold`."""
+
+    name: str
+    docs_available: int
+    tokens_available: int
+    target_tokens: int
+    copies: int  # whole copies of the source
+    remainder: int  # tokens wanted from the documents below the threshold
+    bucket: int  # the boundary bucket (coarse plan), or -1 when no remainder is taken
+    tokens_below: int  # tokens of the documents in the buckets below it
+    threshold: Optional[int] = None  # refined: a document takes one more copy when its hash < threshold
+
+    def times(self, h: int) -> int:
+        """How many times a document of hash h is taken (after refine_plan)."""
+        return self.copies + (1 if h < self.threshold else 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class MixturePlan:
+    sources: tuple  # SourcePlan, in the spec's order
+    total_tokens: int  # the mixture's target total
+    limited_by: Optional[str] = None  # without total_tokens: the source whose cap set the total
+
+    def times(self, source: int, hashes: np.ndarray) -> np.ndarray:
+        """Copies of each document of `source` (hashes uint64) -> int64 array."""
+        plan = self.sources[source]
+        extra = hashes < np.uint64(plan.threshold) if plan.threshold < 1 << 64 else np.ones(len(hashes), bool)
+        return plan.copies + extra.astype(np.int64)
+
+    def summary(self) -> dict:
+        """data_params.json's mixture section's planned half (the counts come from the job's statistics)."""
+        total = sum(s.target_tokens for s in self.sources) or 1
+        return {
+            "total_tokens_target": self.total_tokens,
+            **({"limited_by": self.limited_by} if self.limited_by else {}),
+            "sources": {s.name: {"documents_available": s.docs_available, "tokens_available": s.tokens_available,
+                                 "target_tokens": s.target_tokens, "target_share": s.target_tokens / total,
+                                 "whole_copies": s.copies, "threshold": s.threshold}
+                        for s in self.sources},
+        }
+
+
+def targets(spec: MixtureSpec, available: Sequence[int]) -> tuple[list[int], int, Optional[str]]:
+    """Per source its target tokens, the total, and (without total_tokens) the source whose cap set it.
+
+    Raises ValueError when a source cannot give its budget or share within max_repeats.
+    """
+    budgets = sum(s.tokens for s in spec.sources if s.tokens is not None)
+    weight_sum = sum(s.weight for s in spec.sources if s.weight is not None)
+    for s, have in zip(spec.sources, available):
+        if have == 0:
+            raise ValueError(f"mixture source {s.name}: no tokens found in {s.path}")
+        if s.tokens is not None and s.tokens > s.max_repeats * have:
+            raise ValueError(f"mixture source {s.name}: a budget of {s.tokens} tokens, but it has {have} "
+                             f"(max_repeats {s.max_repeats:g} allows {math.floor(s.max_repeats * have)})")
+    limited_by = None
+    if spec.total_tokens is not None:
+        weighted = spec.total_tokens - budgets
+        if weight_sum and weighted <= 0:
+            raise ValueError(f"total_tokens {spec.total_tokens} leaves nothing for the weighted sources after "
+                             f"the budgets ({budgets} tokens)")
+        total = spec.total_tokens
+    else:
+        # The largest weighted total no weighted source runs out of: each allows max_repeats * have / share.
+        weighted, limited_by = 0, None
+        if weight_sum:
+            caps = [(math.floor(s.max_repeats * have * weight_sum / s.weight), s.name)
+                    for s, have in zip(spec.sources, available) if s.weight is not None]
+            weighted, limited_by = min(caps)
+        total = weighted + budgets
+    wanted = []
+    shares = _split_exactly(weighted, [s.weight for s in spec.sources if s.weight is not None])
+    shares = iter(shares)
+    for s in spec.sources:
+        wanted.append(s.tokens if s.tokens is not None else next(shares))
+    for s, have, want in zip(spec.sources, available, wanted):
+        if want > s.max_repeats * have:
+            raise ValueError(f"mixture source {s.name}: its share is {want} tokens of {total}, but it has {have} "
+                             f"(max_repeats {s.max_repeats:g}); raise max_repeats, lower its weight or "
+                             f"total_tokens, or leave total_tokens out for the largest mixture that fits")
+    return wanted, total, limited_by
+
+
+def _split_exactly(total: int, weights: list) -> list[int]:
+    """`total` cut in proportion to `weights`, in whole tokens adding up to it (largest remainders)."""
+    if not weights:
+        return []
+    s = sum(weights)
+    exact = [total * w / s for w in weights]
+    out = [math.floor(x) for x in exact]
+    order = sorted(range(len(weights)), key=lambda i: (out[i] - exact[i], i))
+    for i in order[:total - sum(out)]:
+        out[i] += 1
+    return out
+
+
+def coarse_plan(spec: MixtureSpec, hist: Histogram) -> MixturePlan:
+    """First pass: targets, whole copies, and each source's boundary bucket."""
+    available = [int(t) for t in hist.tokens.sum(axis=1)]
+    wanted, total, limited_by = targets(spec, available)
+    plans = []
+    for k, (s, have, want) in enumerate(zip(spec.sources, available, wanted)):
+        copies, remainder = divmod(want, have)
+        bucket, below = -1, 0
+        if remainder:
+            cum = np.cumsum(hist.tokens[k])
+            bucket = int(np.searchsorted(cum, remainder, side="left"))  # first bucket reaching the remainder
+            below = int(cum[bucket - 1]) if bucket else 0
+        plans.append(SourcePlan(s.name, int(hist.docs[k].sum()), have, want, copies, remainder, bucket, below))
+    return MixturePlan(tuple(plans), total, limited_by)
+
+
+def bucket_of(hashes: np.ndarray) -> np.ndarray:
+    return (hashes >> np.uint64(_SHIFT)).astype(np.int64)
+
+
+def refine_plan(coarse: MixturePlan, boundary: Iterable[tuple[int, int, int]]) -> MixturePlan:
+    """Second pass: (source, hash, tokens) of the boundary buckets' documents -> the exact thresholds.
+
+    Within a source's boundary bucket the documents are taken in hash order
+    up to the cut nearest its remainder (documents of one hash together).
+    """
+    by_source: dict = {}
+    for source, h, n in boundary:
+        by_source.setdefault(int(source), []).append((int(h), int(n)))
+    plans = []
+    for k, plan in enumerate(coarse.sources):
+        if plan.bucket < 0:
+            threshold = 0  # no remainder: every document exactly `copies` times
+        else:
+            need = plan.remainder - plan.tokens_below
+            merged: dict = {}
+            for h, n in by_source.get(k, []):
+                merged[h] = merged.get(h, 0) + n
+            taken, threshold = 0, (plan.bucket + 1) << _SHIFT  # all of the bucket, unless cut below
+            for h in sorted(merged):
+                after = taken + merged[h]
+                if after > need and after - need > need - taken:  # stopping before it is nearer (or reached)
+                    threshold = h
+                    break
+                taken = after
+        plans.append(dataclasses.replace(plan, threshold=threshold))
+    return dataclasses.replace(coarse, sources=tuple(plans))
