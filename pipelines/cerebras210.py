@@ -57,7 +57,7 @@ _SECTIONS = {"setup": SETUP_KEYS, "processing": PROCESSING_KEYS, "dataset": DATA
 # Keys outside those lists that 2.10's code still reads (its shipped configs carry them).
 _ALSO_READ = {
     "setup": ("data_splits", "context_splits", "data_splits_dir", "token_generator"),
-    "processing": ("UNSAFE_skip_jsonl_decoding_errors", "end_of_turn_token"),
+    "processing": ("UNSAFE_skip_jsonl_decoding_errors", "end_of_turn_token", "token_limit"),
     "dataset": ("response_delimiter", "image_token", "register_special_image_token", "use_single_image_token"),
 }
 
@@ -173,6 +173,7 @@ def translate(data: dict, path: str) -> CerebrasConfig:
                        "without it writes plain LM rows)")
     _hook_keys(mode, hook, kwargs, path, values, notices)
     _dataset(mode, dataset, path, values, notices)
+    _token_limit(mode, processing, path, values, notices)
     for section in sections.values():
         for key, why in _NO_EFFECT.items():
             if section.get(key) not in (None, False):  # False: UNSAFE_skip_jsonl_decoding_errors asks nothing
@@ -181,6 +182,35 @@ def translate(data: dict, path: str) -> CerebrasConfig:
     defaults = {k: v for k, v in DEFAULTS_210.items() if k not in values}
     return CerebrasConfig(mode=mode, values=values, defaults=defaults, raw=data, notices=tuple(notices),
                           hook=processing["read_hook"], hook_digest=digest)
+
+
+def _token_limit(mode: str, processing: dict, path: str, values: dict, notices: list) -> None:
+    """2.10's processing.token_limit as a one-source mixture budget (transforms.core.mixture).
+
+    2.10 stops once the chunks it has tokenized reach the limit: which documents those are depends on the
+    order its processes get to them. Here the budget takes the documents a keyed hash of their content draws,
+    to within half a document of the limit, whatever the order.
+    """
+    limit = processing.get("token_limit")
+    if not _given(limit):
+        return
+    from pipelines.config import CHAT_MODES
+    from transforms.core.mixture import parse_token_count
+
+    try:
+        tokens = parse_token_count(limit, "processing.token_limit")
+    except ValueError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    if mode in CHAT_MODES:
+        raise ConfigError(f"{path}: processing.token_limit: not supported for {mode} yet (a budget is drawn by "
+                          "document, here from the text modes' tokens)")
+    if "input_dir" not in values:
+        raise ConfigError(f"{path}: processing.token_limit: supported with a local setup.data.source only")
+    source = values.pop("input_dir")
+    values["mixture"] = [{"source": source, "name": "source", "tokens": tokens}]
+    notices.append(f"processing.token_limit {tokens}: the documents a keyed hash of their content draws, to within "
+                   "half a document of the limit (2.10 stops after the first chunks tokenized reach it, which "
+                   "depend on its processes' order)")
 
 
 def _given(value: Any) -> bool:

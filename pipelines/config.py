@@ -18,6 +18,7 @@ from typing import Any, Optional
 import yaml
 
 from transforms.core.records import ConversationKey, JsonKey
+from transforms.core.mixture import parse_mixture
 from transforms.core.splits import check_name, parse_context_splits, parse_data_splits
 
 __all__ = ["Config", "ConfigError", "MODES", "VSL_MODES", "SUMMARIZATION_MODES", "CHAT_MODES", "CONVERSATION_MODES",
@@ -84,6 +85,12 @@ SETTINGS: tuple[Setting, ...] = (
        "every top-level directory of input_dir is its own subset: a dataset (or set of splits) under "
        "output_dir/<directory>"),
     _s("subsets", "setup", "list", None, "comma-separated top-level directories of input_dir: each a subset"),
+    _s("mixture", "setup", "mixture", None,
+       "read several sources and take each by its share of the output's tokens: a list of {source: a directory, "
+       "glob or metadata file, weight: W | tokens: N (k/M/B/T), max_repeats: R (default 1: no document twice), "
+       "name: N} (command line: JSON); instead of input_dir. Which documents, and how many times each, is drawn "
+       "by a keyed hash of their tokens: exact to half a document, whatever the order or the workers",
+       modes=(LMDATA, SUMMARIZATION, FIM, LMDATA_VSL, SUMMARIZATION_VSL)),
     _s("processes", "setup", "int", 0,
        "worker processes for the local runner (0: Beam's default); recorded for compatibility"),
     _s("txt_lines", "setup", "bool", False,
@@ -125,6 +132,10 @@ SETTINGS: tuple[Setting, ...] = (
     _s("resume_from_checkpoint", "processing", "bool", False, "finish an interrupted run in output_dir"),
     _s("display_pbar", "processing", "bool", True, "show a progress bar on a terminal"),
     _s("seed", "processing", "int", 0, "seed for short_seq_prob and FIM draws"),
+    _s("total_tokens", "processing", "str", None,
+       "a mixture's total tokens (k/M/B/T suffixes): the weighted sources share what the budgets leave; "
+       "without it, the largest mixture no source runs out of within its max_repeats"),
+    _s("mixture_seed", "processing", "int", 0, "key of the hash that draws a mixture's documents"),
     _s("split_seed", "processing", "int", 0, "key of the hash that draws each document's split"),
     _s("max_chunk_size", "processing", "int", 64, "KiB of text per tokenizer batch", cli=False),
     _s("shuffle", "processing", "bool", False, "globally shuffle the output sequences"),
@@ -213,7 +224,8 @@ _BY_NAME = {s.name: s for s in SETTINGS}
 # data_splits_dir: where Cerebras' first stage writes the raw split records; one job needs no such copy.
 _IGNORED_YAML_KEYS = {"dataset_processor", "data_splits_dir"}
 # Cerebras 2.10's `setup.data` mapping: its keys, and the settings they are here.
-_SETUP_DATA_KEYS = {"source": "input_dir", "top_level_as_subsets": "top_level_as_subsets", "subsets": "subsets"}
+_SETUP_DATA_KEYS = {"source": "input_dir", "top_level_as_subsets": "top_level_as_subsets", "subsets": "subsets",
+                    "mixture": "mixture"}
 _TRUE = {"true", "1", "yes", "y", "on"}
 _FALSE = {"false", "0", "no", "n", "off"}
 
@@ -406,6 +418,14 @@ def _coerce(s: Setting, raw: Any, origin: str) -> Any:
                 return parse(raw, where)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
+        if s.type == "mixture":
+            if isinstance(raw, str):
+                raw = yaml.safe_load(raw)  # JSON (or inline YAML) on the command line
+            try:
+                parse_mixture(raw)
+            except ValueError as e:
+                raise ConfigError(f"{where}: {e}") from None
+            return json.dumps(raw, sort_keys=True)  # as text: a Config's values must be hashable
         if s.type == "dtype":
             text = str(raw)
             if text not in INT_DTYPES:
@@ -560,6 +580,7 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
     _require(not json.loads(v["tokenizer_params"] or "{}") or tt == "HuggingFaceTokenizer",
              "tokenizer_params: arguments of a custom_tokenizer or of a Hugging Face tokenizer only")
     _validate_source(v)
+    _validate_mixture(v)
     msl = v["max_seq_length"]
     _require(msl >= 2, f"max_seq_length: must be at least 2, got {msl}")
     _require(v["min_sequence_len"] >= 0, "min_sequence_len: must be >= 0")
@@ -636,8 +657,28 @@ def job_max_seq_lengths(v: dict) -> list[tuple[str, int]]:
     return out
 
 
+def _validate_mixture(v: dict) -> None:
+    """A mixture names its own sources; what it does not work with yet is refused here, before any reading."""
+    if not v.get("mixture"):
+        _require(v.get("total_tokens") is None, "total_tokens applies to a mixture, which is not set")
+        return
+    try:
+        parse_mixture(json.loads(v["mixture"]), total_tokens=v["total_tokens"], seed=v["mixture_seed"])
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    for name in ("data_splits", "context_splits", "subsets"):
+        _require(not v.get(name), f"mixture and {name}: not supported together yet (run one job per split)")
+    _require(not v.get("top_level_as_subsets"), "mixture and top_level_as_subsets: not supported together yet")
+    _require(not v["resume_from_checkpoint"], "mixture and resume_from_checkpoint: not supported together yet "
+             "(the plan needs every document's count: run the job again)")
+
+
 def _validate_source(v: dict) -> None:
-    """One source of input files: input_dir, metadata_files, or a Hugging Face dataset's split."""
+    """One source of input files: input_dir, metadata_files, a Hugging Face dataset's split, or a mixture's."""
+    if v.get("mixture"):
+        for name in ("input_dir", "metadata_files", "hf_dataset"):
+            _require(not v[name], f"mixture and {name} are both set: a mixture lists its own sources")
+        return
     if not v["hf_dataset"]:
         _require(bool(v["input_dir"]) or bool(v["metadata_files"]),
                  "--input_dir, --metadata_files or --hf_dataset is required")

@@ -38,6 +38,7 @@ from transforms.core.chat.batch import ChatConfig, RecordCheck
 from transforms.core.features import DPO_FEATURES, KEY_PADDING_FEATURES, LM_FEATURES, VSL_FEATURES
 from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core import fast_ftfy
+from transforms.core.mixture import MixtureSpec, parse_mixture
 from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
 from transforms.core.records import InputFile, PerPart
@@ -47,7 +48,7 @@ from transforms.core.summarization import SummarizationConfig
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.core.vsl import VslConfig
 from transforms.io import fs, progress
-from transforms.io.discover import discover_input_files
+from transforms.io.discover import discover_input_files, discover_source
 from transforms.io.hf_datasets import HfDatasetError, resolve_split_files
 from transforms.io.compressors import Codec
 from transforms.io.hdf5_format import GZIP_LEVEL
@@ -63,6 +64,7 @@ from transforms.io.read_corpus import DEAD_LETTERS, DOCS, FAN_OUT_BYTES, ReadCor
 from transforms.io.tokenizer_files import StagedTokenizerFiles, read_chat_template, stage_tokenizer_files
 from transforms.stages.chat import EncodeConversations
 from transforms.stages.fim import ApplyFim
+from transforms.stages.mixture import MixtureError, SelectMixture
 from transforms.stages.normalize import NormalizeDocuments
 from transforms.stages.pack import PackSequences
 from transforms.stages.splits import REST, RouteDocuments, SeparateRest
@@ -122,6 +124,8 @@ class JobPlan:
     hook: Optional[HookSpec] = None  # a Cerebras 2.10 config's read hook (its source is saved as OUT/hook.py)
     hook_kwargs: tuple = ()  # its read_hook_kwargs, as sorted (name, value) pairs
     region_defaults: Optional[RegionDefaults] = None  # the config's semantic_* maps, when the hook's regions count
+    mixture: Optional[MixtureSpec] = None  # sources taken by token budget (transforms.core.mixture)
+    mixture_sources: tuple = ()  # per input file, the index of its mixture source
     txt_lines: bool = False  # a .txt file is a record per line (Cerebras 2.10's reading), else one document
 
     @property
@@ -315,8 +319,12 @@ LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner", "Bundle
 
 def plan_job(config: Config) -> JobPlan:
     """Resolve inputs and the tokenizer; raise UserError for anything the user must fix."""
-    paths, root = _input_paths(config)
-    relpaths = [_relpath(p, root) for p in paths]
+    mixture, mixture_sources = None, ()
+    if getattr(config, "mixture", None):
+        mixture, paths, relpaths, mixture_sources = _mixture_inputs(config)
+    else:
+        paths, root = _input_paths(config)
+        relpaths = [_relpath(p, root) for p in paths]
     subsets = _subsets(config, relpaths)
     if subsets != (None,):
         keep = [i for i, rel in enumerate(relpaths) if subset_of(rel) in subsets]
@@ -422,7 +430,33 @@ def plan_job(config: Config) -> JobPlan:
         txt_lines=config.txt_lines,
         hook_kwargs=tuple(sorted(config.hook_kwargs.items())),
         region_defaults=_region_defaults(config) if config.region_hook else None,
+        mixture=mixture,
+        mixture_sources=mixture_sources,
     )
+
+
+def _mixture_inputs(config: Config) -> tuple[MixtureSpec, list, list, tuple]:
+    """The mixture, its files (sorted by identity), their identities (`<source name>/<path in the source>`) and
+    each file's source index."""
+    try:
+        spec = parse_mixture(json.loads(config.mixture), total_tokens=config.total_tokens, seed=config.mixture_seed)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    found = []
+    for k, source in enumerate(spec.sources):
+        try:
+            files, root = discover_source(source.path)
+        except (FileNotFoundError, NotADirectoryError, ValueError) as e:
+            raise UserError(f"mixture source {source.name}: {e}") from None
+        found.extend((f"{source.name}/{_relpath(p, root)}", p, k) for p in files)
+    seen: dict = {}
+    for rel, path, k in found:
+        if path in seen and seen[path] != k:
+            raise UserError(f"mixture: {path} belongs to two sources ({spec.sources[seen[path]].name} and "
+                            f"{spec.sources[k].name}): a document must have one target")
+        seen[path] = k
+    found.sort()
+    return spec, [p for _, p, _ in found], [rel for rel, _, _ in found], tuple(k for _, _, k in found)
 
 
 def _input_paths(config: Config) -> tuple[list, Optional[str]]:
@@ -585,8 +619,11 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         docs, stored = skipped.todo, skipped[STORED]
     dead_letters = read[DEAD_LETTERS] | "DeadLetters" >> WriteDeadLetters(plan.output_dir)
     if plan.splits is None:
-        rows = _rows(plan, _tokens(plan, docs) if plan.chat is None else docs)
-        return _write(plan, rows, stored, dead_letters)
+        tokens, mixture = _tokens(plan, docs) if plan.chat is None else docs, None
+        if plan.mixture is not None:
+            tokens, mixture = tokens | "SelectMixture" >> SelectMixture(plan.mixture, plan.mixture_sources,
+                                                                       len(plan.files))
+        return _write(plan, _rows(plan, tokens), stored, dead_letters, mixture)
     return _build_splits(plan, docs, stored, dead_letters)
 
 
@@ -689,14 +726,14 @@ def _write_shards(plan: JobPlan, rows, stored, *, row_format, output_dir):
     return blocks, shards
 
 
-def _write(plan: JobPlan, rows, stored, dead_letters):
-    """Rows -> shards, dead letters counted, data_params.json (one dataset)."""
+def _write(plan: JobPlan, rows, stored, dead_letters, mixture=None):
+    """Rows -> shards, dead letters counted, data_params.json (one dataset; `mixture`: its plan's summary)."""
     blocks, shards = _write_shards(plan, rows, stored, row_format=plan.row_format, output_dir=plan.output_dir)
     stats = blocks | "Stats" >> beam.Map(lambda b: b.stats) | "MergeStats" >> beam.CombineGlobally(MergeStats())
     return shards | "WriteDatasetParams" >> WriteDatasetParams(
         output_dir=plan.output_dir, sections=plan.sections, eos_id=plan.eos_id, pad_id=plan.pad_id,
         vocab_size=plan.vocab_size, features=plan.features, stats=stats, dead_letters=dead_letters,
-        extra=plan.extra)
+        extra=plan.extra, mixture=mixture)
 
 
 def _beam_options(beam_args: list[str]) -> PipelineOptions:
@@ -736,7 +773,12 @@ def _summary(params: dict, output_dir: str, seconds: float) -> str:
     dropped = f", {inp['dropped']} dropped ({by_reason(inp['dropped_by_reason'])})" if inp["dropped"] else ""
     bad = (f", {inp['bad']} bad record{'s' if inp['bad'] != 1 else ''} ({by_reason(inp['bad_by_reason'])}; "
            f"see {fs.join(output_dir, DEAD_LETTER_DIR)})" if inp["bad"] else "")
-    tail = f"in {seconds:.1f}s: {inp['documents_read']} documents read, {inp['used']} used{dropped}{bad}."
+    repeats = f" ({inp['repeats']} of them repeats)" if inp.get("repeats") else ""
+    tail = f"in {seconds:.1f}s: {inp['documents_read']} documents read, {inp['used']} used{repeats}{dropped}{bad}."
+    if "mixture" in params:
+        tail += " Mixture: " + ", ".join(
+            f"{name} {s['realized_share']:.2%} of the tokens (target {s['target_share']:.2%})"
+            for name, s in params["mixture"]["sources"].items()) + "."
     if "outputs" in params:  # a split job: one dataset per output
         each = "; ".join(f"{o['path']}: {o['sequences']} sequences, {o['documents']} documents "
                          f"({o['fraction_obtained']:.2%} of {o['fraction_asked']:.2%} asked)"
@@ -856,10 +898,13 @@ def run(config: Config, beam_args: list[str], plan_changes: Optional[dict] = Non
     """Launch the job and wait for it; returns data_params.json (None for a dry run)."""
     launched, succeeded = None, False
     try:
-        launched = launch(config, beam_args, plan_changes)
-        if launched.dry_run:
-            return None
-        launched.result.wait_until_finish()
+        try:
+            launched = launch(config, beam_args, plan_changes)  # a local runner runs the job here
+            if launched.dry_run:
+                return None
+            launched.result.wait_until_finish()
+        except MixtureError as e:  # a setting no source count could satisfy: said as what to change
+            raise UserError(str(e).split(" [while running")[0]) from None
         succeeded = True
     finally:
         if launched is not None and launched.progress is not None:

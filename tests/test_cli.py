@@ -175,11 +175,14 @@ def test_example_configs_load():
     for mode, name in [("LMData", "lm_data.yaml"), ("Summarization", "summarization.yaml"), ("FIM", "fim.yaml"),
                        ("LMData_VSL", "lm_data_vsl.yaml"), ("Summarization_VSL", "summarization_vsl.yaml"),
                        ("Chat", "chat.yaml"), ("Chat_VSL", "chat.yaml"), ("DPO", "dpo.yaml"),
-                       ("LMData", "lm_data_splits.yaml")]:
-        config, rest = load_config([mode, "--params", str(ROOT / "configs" / name), "--input_dir", "x"])
+                       ("LMData", "lm_data_splits.yaml"), ("LMData", "lm_data_mixture.yaml")]:
+        source = [] if "mixture" in name else ["--input_dir", "x"]  # a mixture names its own sources
+        config, rest = load_config([mode, "--params", str(ROOT / "configs" / name), *source])
         assert config.mode == mode and rest == []
-    assert [name for name, _, _ in config.data_splits] == ["train", "validation", "test"]
-    assert config.context_splits == ((1024, 0.5), (2048, 0.5))
+        if "mixture" not in name:
+            splits = config
+    assert [name for name, _, _ in splits.data_splits] == ["train", "validation", "test"]
+    assert splits.context_splits == ((1024, 0.5), (2048, 0.5))
 
 
 def test_ci_runs_the_readme_test_command():

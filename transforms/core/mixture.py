@@ -354,3 +354,65 @@ def refine_plan(coarse: MixturePlan, boundary: Iterable[tuple[int, int, int]]) -
                 taken = after
         plans.append(dataclasses.replace(plan, threshold=threshold))
     return dataclasses.replace(coarse, sources=tuple(plans))
+
+
+# Counters a mixture adds to the job's statistics, per source name: `mixture.<field>.<source>`.
+MIXTURE_PREFIX = "mixture."
+NOT_IN_MIXTURE = "not_in_mixture"  # the reason a document the mixture did not take is counted as dropped
+REPEATS = "docs_repeated"  # copies of documents past their first: documents the input did not have
+
+
+def select_batch(batch, plan: MixturePlan, source: int, n_files: int, hashes: np.ndarray, counts: np.ndarray) -> list:
+    """A TokenBatch of one source -> the batches the mixture makes of it: its documents taken at least once
+    (the group itself), then per further copy k the documents taken more than k times, as a group of their own.
+
+    A copy is a group of its own so that everything after sees distinct documents: its own packing (never
+    two copies of a document in one row), shuffle keys, FIM and short_seq_prob draws, all seeded by its name.
+    The group keeps the statistics of its reading; a copy counts only its documents, as repeats.
+    """
+    from transforms.core.records import TokenBatch
+    from transforms.core.stats import Stats
+
+    name = plan.sources[source].name
+    times = plan.times(source, hashes)
+    stats, where = batch.stats, batch.group.source
+    stats.add(f"{MIXTURE_PREFIX}docs_available.{name}", len(times))
+    stats.add(f"{MIXTURE_PREFIX}tokens_available.{name}", int(counts.sum()))
+    stats.add(f"{MIXTURE_PREFIX}docs_taken.{name}", int((times > 0).sum()))
+    stats.add(f"{MIXTURE_PREFIX}tokens_taken.{name}", int((times * counts).sum()))
+    stats.add(f"{MIXTURE_PREFIX}copies.{name}", int(times.sum()))
+    stats.add(f"dropped.{NOT_IN_MIXTURE}", int((times == 0).sum()), where)
+    out = []
+    for k in range(int(times.max(initial=1))):
+        keep = np.flatnonzero(times > k)
+        if k and not len(keep):
+            break
+        tokens = [batch.tokens[i] for i in keep.tolist()]
+        if k == 0:
+            whole = len(keep) == len(times)
+            out.append(TokenBatch(batch.group, tokens, stats, flat=batch.flat if whole else None))
+            continue
+        copy_stats = Stats()
+        copy_stats.add(REPEATS, len(keep), where)
+        group = dataclasses.replace(batch.group, copy=k, file_index=batch.group.file_index + k * n_files)
+        out.append(TokenBatch(group, tokens, copy_stats))
+    return out
+
+
+def mixture_section(summary: dict, stats) -> dict:
+    """data_params.json's `mixture`: the plan (targets, thresholds) with what the job took of each source."""
+    counts = stats.with_prefix(MIXTURE_PREFIX)
+    sources = {name: dict(planned) for name, planned in summary["sources"].items()}
+    taken_total = sum(counts.get(f"tokens_taken.{name}", 0) for name in sources) or 1
+    for name, entry in sources.items():
+        docs_taken = counts.get(f"docs_taken.{name}", 0)
+        tokens_taken = counts.get(f"tokens_taken.{name}", 0)
+        seen = (counts.get(f"docs_available.{name}", 0), counts.get(f"tokens_available.{name}", 0))
+        if seen != (entry["documents_available"], entry["tokens_available"]):
+            raise RuntimeError(f"mixture source {name}: the plan counted {entry['documents_available']} documents "
+                               f"and {entry['tokens_available']} tokens, the selection saw {seen[0]} and {seen[1]}")
+        entry.update(documents_taken=docs_taken, tokens_taken=tokens_taken,
+                     repeats=max(0, counts.get(f"copies.{name}", 0) - docs_taken),
+                     realized_share=tokens_taken / taken_total)
+    return {**{k: v for k, v in summary.items() if k != "sources"}, "tokens_taken": sum(
+        counts.get(f"tokens_taken.{name}", 0) for name in sources), "sources": sources}

@@ -142,6 +142,10 @@ class GroupId:
     source: str  # the path as read (local or URL)
     relpath: str  # the path relative to the input root: the identity seeds derive from
     part: Optional[int] = None  # a split job: the output (transforms.core.splits) this share of the group goes to
+    # A mixture's repetition: the documents of the group taken a (copy + 1)-th time, as a group of their own
+    # (transforms.core.mixture.select_batch), whose file_index is then past the real files' so that its sort
+    # key is its own.
+    copy: int = 0
 
     @property
     def sort_key(self) -> tuple[int, int]:
@@ -150,7 +154,7 @@ class GroupId:
     @property
     def name(self) -> str:
         """Identity that survives moving the input directory or adding other files."""
-        name = f"{self.relpath}#{self.slice_index}"
+        name = f"{self.relpath}#{self.slice_index}" + (f"~{self.copy}" if self.copy else "")
         return name if self.part is None else f"{name}@{self.part}"
 
 
@@ -279,6 +283,17 @@ class TokenBatch:
     tokens: list  # list[tuple[np.ndarray, ...]]
     stats: Stats = dataclasses.field(default_factory=Stats)
     flat: Optional[np.ndarray] = None
+
+
+@dataclasses.dataclass
+class MixtureBatch:
+    """A TokenBatch of a mixture's source, with each document's keyed hash and token count
+    (transforms.core.mixture): computed once, read by the plan's two passes and the selection."""
+
+    batch: TokenBatch
+    source: int  # the mixture source's index
+    hashes: np.ndarray  # uint64 per document
+    counts: np.ndarray  # int64 per document: its tokens, every key's
 
 
 @dataclasses.dataclass

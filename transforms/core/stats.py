@@ -155,7 +155,7 @@ def h5_stats_section(written: Mapping[str, int]) -> dict:
 
 
 def input_section(stats: Stats) -> dict:
-    """Where every input document went: read = good + bad, good = used + dropped.
+    """Where every input document went: read = good + bad, good (+ a mixture's repeats) = used + dropped.
 
     `empty_documents` counts the good documents whose text was empty after
     normalization (LMData keeps them, as the reference does, as a bare EOS; they
@@ -172,6 +172,8 @@ def input_section(stats: Stats) -> dict:
             "used": int(c.get("docs_used", 0)),
             "dropped": int(sum(v for k, v in c.items() if k.startswith("dropped."))),
             "dropped_by_reason": {k[8:]: int(v) for k, v in sorted(c.items()) if k.startswith("dropped.")},
+            # A mixture's further copies of documents (transforms.core.mixture): used or dropped like any other.
+            **({"repeats": int(c["docs_repeated"])} if c.get("docs_repeated") else {}),
         }
 
     out = block(stats.totals)
@@ -186,6 +188,8 @@ def check_accounting(section: dict) -> list[str]:
     for name, b in [("total", section)] + sorted(section.get("per_source", {}).items()):
         if b["documents_read"] != b["good"] + b["bad"]:
             problems.append(f"{name}: read {b['documents_read']} != good {b['good']} + bad {b['bad']}")
-        if b["good"] != b["used"] + b["dropped"]:
-            problems.append(f"{name}: good {b['good']} != used {b['used']} + dropped {b['dropped']}")
+        repeats = b.get("repeats", 0)
+        if b["good"] + repeats != b["used"] + b["dropped"]:
+            problems.append(f"{name}: good {b['good']}" + (f" + repeats {repeats}" if repeats else "")
+                            + f" != used {b['used']} + dropped {b['dropped']}")
     return problems

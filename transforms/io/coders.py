@@ -23,7 +23,7 @@ from apache_beam import coders
 from apache_beam.coders.coders import FastCoder
 from apache_beam.coders.coder_impl import CallbackCoderImpl
 
-from transforms.core.records import DocBatch, EncodedBlock, RowBlock, TokenBatch, WindowBlock
+from transforms.core.records import DocBatch, EncodedBlock, MixtureBatch, RowBlock, TokenBatch, WindowBlock
 
 __all__ = ["BatchCoder", "estimate_bytes"]
 
@@ -73,5 +73,5 @@ class BatchCoder(FastCoder):
         return hash(type(self))
 
 
-for _cls in (DocBatch, TokenBatch, RowBlock, WindowBlock, EncodedBlock):
+for _cls in (DocBatch, TokenBatch, MixtureBatch, RowBlock, WindowBlock, EncodedBlock):
     coders.registry.register_coder(_cls, BatchCoder)

@@ -16,7 +16,7 @@ from typing import Optional
 
 import fsspec
 
-__all__ = ["VALID_EXTENSIONS", "extension_of", "discover_input_files"]
+__all__ = ["VALID_EXTENSIONS", "extension_of", "discover_input_files", "discover_source"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,30 @@ def discover_input_files(
         if names:
             logger.warning(_describe_skipped(names, w))
     return files
+
+
+def discover_source(path: str) -> tuple[list[str], Optional[str]]:
+    """A mixture source's input files and the root their relative paths count from (None: as listed).
+
+    `path` is a directory (searched as input_dir is), a glob of files (`/data/web/*.jsonl.zst`, `**`
+    for any depth; files without a valid extension are skipped) or a metadata file listing paths.
+    """
+    if any(c in path for c in "*?["):
+        fs, pattern = fsspec.core.url_to_fs(path)
+        found = [p for p in fs.glob(pattern) if fs.isfile(p)]
+        keep = sorted(p for p in found if extension_of(p) is not None)
+        if not keep:
+            raise ValueError(f"no input files with extensions {', '.join(VALID_EXTENSIONS)} match {path}")
+        static = path.split("://", 1)[-1]
+        static = static[:min(static.index(c) for c in "*?[" if c in static)]
+        root = static.rsplit("/", 1)[0] if "/" in static else ""
+        if _is_url(path):
+            return sorted({fs.unstrip_protocol(p) for p in keep}), path.split("://", 1)[0] + "://" + root
+        return keep, root or "."
+    fs, root = fsspec.core.url_to_fs(path)
+    if fs.isdir(root):
+        return discover_input_files(path, None), path
+    return discover_input_files(None, [path]), None
 
 
 def _from_directory(input_dir: str, skipped: list) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Optional
 import apache_beam as beam
 
 from transforms.core.features import LM_FEATURES, VSL_FEATURES
+from transforms.core.mixture import mixture_section
 from transforms.core.stats import (ENCODER_CHECK, H5_ROWS, ROLE_TOKENS, ROLE_TRAINED, ROWS_DROPPED, Stats,
                                    check_accounting, h5_stats_section, input_section, merge, post_process_section)
 from transforms.core.tokenizer.fast import CHECK_FIELDS
@@ -96,8 +97,10 @@ def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad
 
 
 def _finalize(shards: list, stats: Stats, dead_letters: int, output_dir: str, sections: dict, ids: dict,
-              extra: dict, features: tuple) -> dict:
+              extra: dict, features: tuple, mixture: Optional[list] = None) -> dict:
     params = build_params(shards, stats, sections, extra=extra, dead_letters=dead_letters, features=features, **ids)
+    if mixture:  # the plan's summary (a singleton list), with what the job took of each source
+        params["mixture"] = mixture_section(mixture[0], stats)
     fs.makedirs(output_dir)  # an output that received no document has no directory yet
     fs.write_text_atomic(fs.join(output_dir, PARAMS_FILE), json.dumps(params, indent=4, sort_keys=True) + "\n")
     fs.remove_tree(fs.join(output_dir, fs.TMP_DIR))
@@ -108,8 +111,10 @@ class WriteDatasetParams(beam.PTransform):
     """PCollection[ShardResult] (+ stats, dead-letter count) -> the params dict, after writing it."""
 
     def __init__(self, *, output_dir: str, sections: dict, eos_id: int, pad_id: int, vocab_size: int,
-                 stats, dead_letters, extra: dict, features: tuple = LM_FEATURES):
+                 stats, dead_letters, extra: dict, features: tuple = LM_FEATURES, mixture=None):
+        """mixture: a PCollection of the mixture plan's summary (SelectMixture), or None."""
         super().__init__()
+        self._mixture = mixture
         self._features = tuple(features)
         self._output_dir = output_dir
         self._sections = sections
@@ -126,7 +131,8 @@ class WriteDatasetParams(beam.PTransform):
                 _finalize,
                 beam.pvalue.AsSingleton(self._stats),
                 beam.pvalue.AsSingleton(self._dead_letters),
-                self._output_dir, self._sections, self._ids, self._extra, self._features)
+                self._output_dir, self._sections, self._ids, self._extra, self._features,
+                beam.pvalue.AsList(self._mixture) if self._mixture is not None else None)
         )
 
 

@@ -1,0 +1,273 @@
+"""Mixtures through the whole job: shares within the bound, every copy where the plan says, and the same bytes
+whatever the order of the sources, the listing, the packing groups or the workers."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.testing.util import assert_that
+
+from tests.helpers import MULTI_PROCESSING, RUNNER, SHARED, read_rows, require_shared, run_job
+from transforms.core.mixture import batch_hashes, parse_mixture
+from transforms.core.records import GroupId, TokenBatch
+
+GPT2 = Path(__file__).resolve().parents[1] / "data" / "tokenizers" / "gpt2"
+TOKENIZER = ["--tokenizer_type", "GPT2Tokenizer", "--vocab_file", str(GPT2 / "vocab.bpe"),
+             "--encoder_file", str(GPT2 / "encoder.json")]
+WEIGHTS = {"web": 0.5, "code": 0.3, "ml": 0.2}
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory) -> Path:
+    """Three sources of very different sizes: web (~600k GPT-2 tokens in 3 files), code (~470k, 41 long
+    documents), ml (~120k, 56 documents in many languages)."""
+    root = tmp_path_factory.mktemp("mixture_sources")
+    web = require_shared(SHARED / "corpora" / "en_small_pd.jsonl").read_text().splitlines(keepends=True)
+    (root / "web").mkdir()
+    for i in range(3):
+        (root / "web" / f"part{i}.jsonl").write_text("".join(web[i::3]))
+    (root / "code").mkdir()
+    (root / "code" / "code.jsonl").write_text(require_shared(SHARED / "corpora" / "code_small.jsonl").read_text())
+    ml = require_shared(SHARED / "corpora" / "multilingual_dev.jsonl").read_text().splitlines(keepends=True)
+    (root / "ml").mkdir()
+    (root / "ml" / "ml.jsonl").write_text("".join(ml[:56]))
+    return root
+
+
+def _mixture(root: Path, order=("web", "code", "ml"), **repeats) -> str:
+    entries = {"web": {"source": str(root / "web"), "weight": WEIGHTS["web"]},
+               "code": {"source": str(root / "code" / "*.jsonl"), "name": "code", "weight": WEIGHTS["code"],
+                        "max_repeats": 3},
+               "ml": {"source": str(root / "ml"), "weight": WEIGHTS["ml"], "max_repeats": 5}}
+    for name, r in repeats.items():
+        entries[name]["max_repeats"] = r
+    return json.dumps([entries[name] for name in order])
+
+
+def _args(mixture: str, out, *extra, mode: str = "LMData") -> list[str]:
+    return [mode, "--mixture", mixture, "--output_dir", str(out), *TOKENIZER, "--max_seq_length", "256",
+            "--total_tokens", "1M", "--display_pbar", "False", *extra]
+
+
+def _digests(out) -> dict:
+    found = {os.path.basename(p): hashlib.sha256(open(p, "rb").read()).hexdigest()
+             for p in glob.glob(os.path.join(str(out), "*.h5"))}
+    params = json.load(open(os.path.join(str(out), "data_params.json")))
+    found["params"] = {k: params.get(k) for k in ("post-process", "files", "mixture", "h5_dataset_stats")}
+    return found
+
+
+def _doc_tokens(path: Path) -> list[int]:
+    from transforms.core.tokenizer import shared_tokenizer
+    from transforms.io.tokenizer_files import read_tokenizer_files
+
+    tok = shared_tokenizer(read_tokenizer_files("GPT2Tokenizer", vocab_file=str(GPT2 / "vocab.bpe"),
+                                                encoder_file=str(GPT2 / "encoder.json")))
+    texts = [json.loads(line)["text"] for p in sorted(path.parent.glob(path.name)) for line in open(p)]
+    return [len(ids) + 1 for ids in tok.encode_batch(texts)]  # + EOS, as the job counts them
+
+
+@pytest.fixture(scope="module")
+def job(sources, tmp_path_factory):
+    out = tmp_path_factory.mktemp("mixture_job") / "out"
+    return out, run_job(_args(_mixture(sources), out, "--shuffle", "True"))
+
+
+def test_each_source_is_within_half_a_document_of_its_target(sources, job):
+    _, params = job
+    mix = params["mixture"]
+    assert mix["total_tokens_target"] == 1_000_000
+    largest = {"web": max(_doc_tokens(sources / "web" / "*.jsonl")), "code": max(_doc_tokens(sources / "code" /
+                                                                                              "code.jsonl")),
+               "ml": max(_doc_tokens(sources / "ml" / "ml.jsonl"))}
+    for name, entry in mix["sources"].items():
+        assert entry["target_tokens"] == round(WEIGHTS[name] * 1_000_000)
+        assert abs(entry["tokens_taken"] - entry["target_tokens"]) <= largest[name] / 2, name
+        # A share moves with the others' totals too: within one document (code's longest is 7% of the mixture).
+        assert abs(entry["realized_share"] - WEIGHTS[name]) <= max(0.001, max(largest.values()) / mix["tokens_taken"])
+    # web is cut, code cut too (0.3M of 0.47M), ml repeated (0.2M of 0.12M: once whole, then some twice).
+    assert mix["sources"]["web"]["tokens_available"] > 500_000 > mix["sources"]["web"]["tokens_taken"] - 1000
+    assert mix["sources"]["ml"]["whole_copies"] == 1 and mix["sources"]["ml"]["repeats"] > 0
+    assert mix["sources"]["code"]["repeats"] == 0
+
+
+def test_every_document_is_accounted_for_with_its_copies(job):
+    _, params = job
+    inp, mix = params["input"], params["mixture"]["sources"]
+    assert inp["documents_read"] == sum(s["documents_available"] for s in mix.values())
+    assert inp["repeats"] == sum(s["repeats"] for s in mix.values())
+    assert inp["dropped_by_reason"]["not_in_mixture"] == sum(
+        s["documents_available"] - s["documents_taken"] for s in mix.values())
+    assert inp["good"] + inp["repeats"] == inp["used"] + inp["dropped"]
+    # The rows hold the tokens taken: every one of them is an input or the last label of a row.
+    rows = read_rows(job[0])
+    assert len(rows) == params["post-process"]["n_examples"]
+    taken = params["mixture"]["tokens_taken"]
+    in_rows = int((rows[:, 1] == 1).sum())
+    assert taken - len(rows) - 3 * 64 <= in_rows <= taken  # less each row's last label, dropped short rows
+
+
+def test_the_bytes_do_not_depend_on_the_order_of_the_sources(sources, job, tmp_path):
+    out, _ = job
+    run_job(_args(_mixture(sources, order=("ml", "web", "code")), tmp_path / "o", "--shuffle", "True"))
+    assert _digests(tmp_path / "o") == _digests(out)
+
+
+def test_the_bytes_do_not_depend_on_packing_groups_or_work_units(sources, job, tmp_path):
+    from pipelines.config import load_config
+    from pipelines.create_hdf5_dataset import run
+
+    # Other packing groups give other rows (a group packs on its own), but the same draw of documents.
+    config, beam_args = load_config(_args(_mixture(sources), tmp_path / "g", "--shuffle", "True",
+                                          "--packing_group_mb", "1") + RUNNER)
+    small = run(config, beam_args, {"unit_groups": 1})
+    config, beam_args = load_config(_args(_mixture(sources), tmp_path / "u", "--shuffle", "True",
+                                          "--packing_group_mb", "1") + RUNNER)
+    run(config, beam_args, {"unit_groups": 3})
+    assert _digests(tmp_path / "u") == _digests(tmp_path / "g")
+    draws = ("tokens_taken", "documents_taken", "threshold", "repeats")
+    assert {n: {k: s[k] for k in draws} for n, s in small["mixture"]["sources"].items()} == \
+        {n: {k: s[k] for k in draws} for n, s in job[1]["mixture"]["sources"].items()}
+
+
+@pytest.mark.worker_processes
+def test_two_worker_processes_write_the_same_bytes(sources, job, tmp_path):
+    run_job(_args(_mixture(sources), tmp_path / "w", "--shuffle", "True"),
+            runner=MULTI_PROCESSING + ["--direct_num_workers", "2"])
+    assert _digests(tmp_path / "w") == _digests(job[0])
+
+
+def test_a_budget_alone_is_a_token_limit(sources, tmp_path):
+    mixture = json.dumps([{"source": str(sources / "web"), "tokens": "250k"}])
+    params = run_job([a for a in _args(mixture, tmp_path / "b") if a not in ("--total_tokens", "1M")])
+    web = params["mixture"]["sources"]["web"]
+    assert abs(web["tokens_taken"] - 250_000) <= max(_doc_tokens(sources / "web" / "*.jsonl")) / 2
+    assert web["realized_share"] == 1.0 and web["whole_copies"] == 0
+
+
+def test_without_a_total_the_largest_mixture_that_fits(sources, tmp_path):
+    params = run_job([a for a in _args(_mixture(sources, ml=1), tmp_path / "l") if a not in ("--total_tokens", "1M")])
+    mix = params["mixture"]
+    ml = mix["sources"]["ml"]
+    assert mix["limited_by"] == "ml" and ml["tokens_taken"] == ml["tokens_available"]
+    assert mix["total_tokens_target"] == int(ml["tokens_available"] / WEIGHTS["ml"])
+
+
+def test_a_share_no_source_can_give_is_a_clear_error(sources, tmp_path, capsys):
+    from pipelines.create_hdf5_dataset import main
+
+    code = main(_args(_mixture(sources, ml=1), tmp_path / "e") + RUNNER)
+    assert code == 2
+    assert "mixture source ml: its share is 200000 tokens of 1000000" in capsys.readouterr().err
+
+
+def test_vsl_rows_from_a_mixture(sources, tmp_path):
+    params = run_job(_args(_mixture(sources), tmp_path / "v", mode="LMData_VSL"))
+    assert params["mixture"]["sources"]["ml"]["repeats"] > 0
+    assert params["input"]["good"] + params["input"]["repeats"] == params["input"]["used"] + params["input"]["dropped"]
+
+
+def test_the_stage_takes_each_document_as_many_times_as_the_plan_says_each_copy_in_a_group_of_its_own():
+    """SelectMixture alone, on batches of known documents: copies per document, and where they go."""
+    from transforms.stages.mixture import SelectMixture
+
+    rng = np.random.default_rng(0)
+    batches = []
+    for f in range(4):  # files 0-1: source a; 2-3: source b (small: repeated)
+        n_docs = 60 if f < 2 else 8
+        docs = [(rng.integers(0, 50000, int(rng.integers(5, 300))).astype(np.int32),) for _ in range(n_docs)]
+        batches.append(TokenBatch(GroupId(f, 0, f"/in/{f}.jsonl", f"src/{f}.jsonl"), docs))
+    spec = parse_mixture([{"source": "a", "weight": 1}, {"source": "b", "weight": 1, "max_repeats": 10}],
+                         total_tokens=sum(sum(len(d[0]) for d in b.tokens) for b in batches[:2]))
+    expected = {}
+    for b in batches:
+        for doc, h in zip(b.tokens, batch_hashes(b.tokens, spec.seed)[0]):
+            expected[doc[0].tobytes()] = int(h)
+
+    def check(out):
+        (batches_out, summaries), = out
+        plan = summaries[0]["sources"]
+        seen = Counter()
+        names = Counter(b.group.name for b in batches_out)
+        assert max(names.values()) == 1  # every group and copy: a name (and seeds) of its own
+        for b in batches_out:
+            ids = [d[0].tobytes() for d in b.tokens]
+            assert len(set(ids)) == len(ids)  # never two copies of a document in one group
+            assert b.group.copy == 0 or b.group.file_index == b.group.file_index % 4 + 4 * b.group.copy
+            seen.update(ids)
+        for ids, h in expected.items():
+            source = "a" if any(ids == d[0].tobytes() for b in batches[:2] for d in b.tokens) else "b"
+            want = plan[source]["whole_copies"] + (h < plan[source]["threshold"])
+            assert seen[ids] == want
+        assert plan["b"]["whole_copies"] >= 3
+
+    with beam.Pipeline("FnApiRunner") as p:
+        selected, summary = p | beam.Create(batches) | SelectMixture(spec, (0, 0, 1, 1), 4)
+        both = ((selected | "AllBatches" >> beam.combiners.ToList()),
+                (summary | "AllSummaries" >> beam.combiners.ToList()))
+        assert_that(both[0] | "Pair" >> beam.Map(lambda b, s: (b, s), beam.pvalue.AsSingleton(both[1])), check)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--input_dir", "/x"], "mixture and input_dir are both set"),
+    (["--data_splits", "train=0.9,test=0.1"], "mixture and data_splits"),
+    (["--resume_from_checkpoint", "True"], "mixture and resume_from_checkpoint"),
+])
+def test_what_a_mixture_does_not_go_with_is_refused_before_reading(sources, tmp_path, extra, message):
+    from pipelines.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(_args(_mixture(sources), tmp_path / "x", *extra))
+
+
+def test_total_tokens_without_a_mixture_is_refused(tmp_path):
+    from pipelines.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="total_tokens applies to a mixture"):
+        load_config(["LMData", "--input_dir", str(tmp_path), *TOKENIZER, "--total_tokens", "5M"])
+
+
+def test_a_mixture_from_yaml_with_a_metadata_file(sources, tmp_path):
+    listing = tmp_path / "web_files.txt"
+    listing.write_text("".join(f"{p}\n" for p in sorted((sources / "web").glob("*.jsonl"))))
+    params_file = tmp_path / "mix.yaml"
+    params_file.write_text(
+        "setup:\n  data:\n    mixture:\n"
+        f"      - {{source: {listing}, name: web, tokens: 100k}}\n"
+        f"      - {{source: {sources / 'ml'}, tokens: 50k, max_repeats: 2}}\n")
+    params = run_job(["LMData", "--params", str(params_file), "--output_dir", str(tmp_path / "y"), *TOKENIZER,
+                      "--max_seq_length", "256", "--display_pbar", "False"])
+    mix = params["mixture"]["sources"]
+    assert set(mix) == {"web", "ml"} and mix["web"]["documents_available"] == 457
+    assert abs(mix["web"]["tokens_taken"] - 100_000) <= max(_doc_tokens(sources / "web" / "*.jsonl")) / 2
+    assert params["setup"]["mixture"]  # the settings, as given, in data_params.json
+
+
+def test_a_210_token_limit_is_a_budget_of_its_source(sources, tmp_path):
+    from tests.test_cerebras210_inputs import _config, _run_210
+
+    config = _config(tmp_path, {"type": "local", "source": str(sources / "web")})
+    config.write_text(config.read_text().replace("  max_seq_length: 64\n", "  max_seq_length: 64\n"
+                                                                          "  token_limit: 120000\n"))
+    params = _run_210(config)
+    mix = params["mixture"]["sources"]["source"]
+    assert mix["target_tokens"] == 120_000 and mix["documents_available"] == 457
+    assert abs(mix["tokens_taken"] - 120_000) <= max(_doc_tokens(sources / "web" / "*.jsonl")) / 2
+
+
+def test_the_example_mixture_config_runs(tmp_path, monkeypatch):
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)  # its paths are the repository's
+    params = run_job(["LMData", "--params", "configs/lm_data_mixture.yaml", "--output_dir", str(tmp_path / "o"),
+                      "--display_pbar", "False"])
+    sample = params["mixture"]["sources"]["sample"]
+    assert sample["whole_copies"] == 1 and sample["repeats"] > 0
+    assert abs(sample["tokens_taken"] - 250_000) < 5_000

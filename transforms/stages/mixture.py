@@ -1,0 +1,105 @@
+"""SelectMixture: a mixture's documents taken by token budget, each as many times as the plan says.
+
+    TokenBatch ─Hash─► MixtureBatch ─┬─► Histogram (sum) ─► coarse plan ─┐
+                                     ├─► boundary bucket docs (list) ◄───┤ (side input)
+                                     │                 └─► exact plan ◄──┘
+                                     └─► Select (side input: the plan) ─► TokenBatch per group and copy
+
+The plan needs every document's hash and tokens before any is selected, so
+the tokenized groups wait for it (a runner materializes them); each is
+tokenized once. transforms.core.mixture holds the logic.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import numpy as np
+
+from transforms.core.mixture import (Histogram, MixtureSpec, batch_hashes, bucket_of, coarse_plan, refine_plan,
+                                     select_batch)
+from transforms.core.records import MixtureBatch, TokenBatch
+from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
+
+__all__ = ["SelectMixture"]
+
+
+def _hash(batch: TokenBatch, source_of_file: tuple, seed: int) -> MixtureBatch:
+    hashes, counts = batch_hashes(batch.tokens, seed)
+    return MixtureBatch(batch, source_of_file[batch.group.file_index], hashes, counts)
+
+
+class _HistogramFn(beam.CombineFn):
+    """Per source, documents and tokens by hash bucket, summed over the batches in any order."""
+
+    def __init__(self, n_sources: int):
+        self._n = n_sources
+
+    def create_accumulator(self):
+        return Histogram.empty(self._n)
+
+    def add_input(self, acc, m: MixtureBatch):
+        buckets = bucket_of(m.hashes)
+        np.add.at(acc.docs[m.source], buckets, 1)
+        np.add.at(acc.tokens[m.source], buckets, m.counts)
+        return acc
+
+    def merge_accumulators(self, accs):
+        accs = iter(accs)
+        out = next(accs)
+        for acc in accs:
+            out.add(acc)
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
+def _boundary(m: MixtureBatch, coarse):
+    bucket = coarse.sources[m.source].bucket
+    if bucket < 0:
+        return
+    for i in np.flatnonzero(bucket_of(m.hashes) == bucket).tolist():
+        yield m.source, int(m.hashes[i]), int(m.counts[i])
+
+
+def _select(m: MixtureBatch, plan, n_files: int):
+    yield from select_batch(m.batch, plan, m.source, n_files, m.hashes, m.counts)
+
+
+class SelectMixture(beam.PTransform):
+    """PCollection[TokenBatch] -> (PCollection[TokenBatch] of the mixture, PCollection of its plan's summary).
+
+    `source_of_file[i]`: the mixture source of input file i; `n_files`: the job's input files (a copy's
+    group takes a file index past them).
+    """
+
+    def __init__(self, spec: MixtureSpec, source_of_file: tuple, n_files: int):
+        super().__init__()
+        self._spec = spec
+        self._source_of_file = tuple(source_of_file)
+        self._n_files = n_files
+
+    def expand(self, batches):
+        spec = self._spec
+        hashed = batches | "Hash" >> beam.Map(_hash, self._source_of_file, spec.seed).with_output_types(MixtureBatch)
+        hist = hashed | "Histogram" >> beam.CombineGlobally(_HistogramFn(len(spec.sources)))
+        coarse = hist | "CoarsePlan" >> beam.Map(coarse_plan_for, spec)
+        boundary = (hashed
+                    | "BoundaryDocuments" >> beam.FlatMap(_boundary, beam.pvalue.AsSingleton(coarse))
+                    | "AllBoundary" >> beam.combiners.ToList())
+        plan = coarse | "RefinePlan" >> beam.Map(refine_plan, beam.pvalue.AsSingleton(boundary))
+        selected = hashed | "Select" >> beam.FlatMap(
+            _select, beam.pvalue.AsSingleton(plan), self._n_files).with_output_types(TokenBatch)
+        return selected, plan | "Summary" >> beam.Map(lambda p: p.summary())
+
+
+def coarse_plan_for(hist: Histogram, spec: MixtureSpec):
+    """coarse_plan, its refusal (a source that cannot give its share) said as what to change."""
+    try:
+        return coarse_plan(spec, hist)
+    except ValueError as e:
+        raise MixtureError(str(e)) from None
+
+
+class MixtureError(RuntimeError):
+    """The mixture asks more of a source than it has (found only once every document is counted)."""
