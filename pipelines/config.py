@@ -348,11 +348,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# The commands on a written dataset (pipelines.tools), as --help lists them.
+# The commands on a written dataset (pipelines.tools), and `estimate` (pipelines.estimate), as --help lists them.
 TOOLS = {
     "verify": "check OUT against the Cerebras dataloader's rules and recount data_params.json (verify --help)",
     "inspect": "print a row of OUT as text or ids (inspect --help)",
     "report": "write OUT/report.html with plots of the dataset (report --help)",
+    "estimate": "predict a job from a sample: documents, tokens, rows, bytes, time, Dataflow cost (estimate --help)",
 }
 
 

@@ -936,6 +936,11 @@ def _bad_share_problem(params: dict, limit: Optional[float]) -> Optional[str]:
 
 def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "estimate":
+        from pipelines.estimate import main as estimate_main
+
+        process.configure_logging()
+        return estimate_main(argv[1:])
     if argv and argv[0] in TOOLS:
         from pipelines.tools import main as tools_main
 

@@ -197,8 +197,8 @@ def test_help_names_the_modes_and_the_tools():
     assert out.returncode == 0
     listed = re.search(r"\{([A-Za-z_,]+)\}", out.stdout).group(1).split(",")
     assert listed == ["LMData", "Summarization", "FIM", "LMData_VSL", "Summarization_VSL", "Chat", "Chat_VSL", "DPO",
-                      "verify", "inspect", "report"]
-    for tool in ("verify", "inspect", "report"):
+                      "verify", "inspect", "report", "estimate"]
+    for tool in ("verify", "inspect", "report", "estimate"):
         assert re.search(rf"^\s+{tool}\s+\S", out.stdout, re.M), f"{tool} has no line of help"
         sub = _cli([tool, "--help"])
         assert sub.returncode == 0 and f"create_hdf5_dataset {tool}" in sub.stdout

@@ -77,7 +77,8 @@ def discover_source(path: str) -> tuple[list[str], Optional[str]]:
     """A mixture source's input files and the root their relative paths count from (None: as listed).
 
     `path` is a directory (searched as input_dir is), a glob of files (`/data/web/*.jsonl.zst`, `**`
-    for any depth; files without a valid extension are skipped) or a metadata file listing paths.
+    for any depth; files without a valid extension are skipped), one data file (`.jsonl`, `.parquet`, ...)
+    or a metadata file listing paths (any other name, `.txt` included, as metadata_files reads them).
     """
     if any(c in path for c in "*?["):
         fs, pattern = fsspec.core.url_to_fs(path)
@@ -94,6 +95,10 @@ def discover_source(path: str) -> tuple[list[str], Optional[str]]:
     fs, root = fsspec.core.url_to_fs(path)
     if fs.isdir(root):
         return discover_input_files(path, None), path
+    if extension_of(path) not in (None, ".txt"):  # one data file: itself, named by its file name
+        if not fs.exists(root):
+            raise FileNotFoundError(f"no such file: {path}")
+        return [path], path.rsplit("/", 1)[0] if "/" in path else "."
     return discover_input_files(None, [path]), None
 
 

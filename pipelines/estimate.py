@@ -1,0 +1,338 @@
+"""`create_hdf5_dataset estimate MODE [the job's flags] [--sample 1%] [--sample_seed 0]`: a job's outcome, predicted.
+
+The same flags and config as the job. A seeded sample of every input file
+(transforms.io.sample: lines drawn by byte where a file allows it, else a
+coin per record) is normalized and tokenized as the job would, document by
+document, for the totals and their 95 % intervals (transforms.core.estimate);
+then the job itself runs on the sample (in this process, into a temporary
+directory), for what follows from the tokens: loss-valid tokens, rows, files,
+bytes on disk, and the seconds its work takes. Nothing is written to the
+output directory.
+
+Printed: documents, tokens, loss-valid tokens, rows, files and bytes on disk
+with their intervals; a mixture's tokens available per source and the largest
+total it allows; wall time on this machine (start-up plus the sample job's
+data time scaled); vCPU-hours and cost on Dataflow (docs/dataflow.md's model:
+the CPU seconds the sample took per token, at its price per vCPU-hour).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+import time
+from typing import Optional
+
+import numpy as np
+
+from pipelines.config import CHAT_MODES, Config, ConfigError, SUMMARIZATION_MODES, FIM, load_config
+from transforms.core.estimate import Interval, Stratum, by_bytes, by_poisson, combine, scaled
+from transforms.core.mixture import parse_mixture, targets
+from transforms.core.normalize import normalized_document
+from transforms.core.records import BadRecord, Document
+from transforms.io import fs
+from transforms.io.readers import file_size, read_records
+from transforms.io.sample import by_byte, coin_records, draw_lines
+
+__all__ = ["main", "estimate", "Estimate"]
+
+# docs/dataflow.md, "Prices assumed": an n2-standard-4 worker-hour, all in (vCPU, memory, disk), per vCPU.
+DATAFLOW_USD_PER_VCPU_HOUR = 0.07057
+DEFAULT_SAMPLE = "1%"
+
+
+@dataclasses.dataclass
+class Estimate:
+    fraction: float  # of the input's bytes sampled (by byte), or of its records kept (by coin)
+    documents: Interval
+    tokens: Interval
+    loss_valid_tokens: Interval
+    rows: Interval
+    files: tuple  # (low, value, high)
+    bytes_on_disk: Interval
+    seconds: float  # the whole job on this machine
+    vcpu_hours: Interval  # on Dataflow
+    per_source: dict  # mixture source -> Interval of its tokens available
+    mixture_total: Optional[Interval]  # the largest total the mixture allows (None: no mixture or a total given)
+    sample_seconds: float  # what this estimate took, start-up included
+    notes: tuple = ()
+
+
+def parse_sample(text: str, total_bytes: int) -> float:
+    """--sample: a percentage (1%), a fraction (0.01) or a byte budget (64MB, 1GiB) -> a fraction of the input."""
+    t = str(text).strip()
+    match = re.fullmatch(r"([0-9.]+)\s*([KMGT]i?B|B)", t, re.IGNORECASE)
+    try:
+        if t.endswith("%"):
+            fraction = float(t[:-1]) / 100
+        elif match:
+            unit = match.group(2).upper()
+            scale = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**10, "MIB": 2**20,
+                     "GIB": 2**30, "TIB": 2**40}[unit]
+            fraction = float(match.group(1)) * scale / max(total_bytes, 1)
+        else:
+            fraction = float(t)
+    except ValueError:
+        raise ConfigError(f"--sample: {text!r} is not a percentage (1%), a fraction (0.01) or a size (64MB)") from None
+    if not 0 < fraction:
+        raise ConfigError(f"--sample: {text!r} must be more than nothing")
+    return min(fraction, 1.0)
+
+
+def _split_args(argv: list[str]) -> tuple[list[str], str, int]:
+    rest, sample, seed = [], DEFAULT_SAMPLE, 0
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, value = arg.partition("=")
+        if name in ("--sample", "--sample_seed"):
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise ConfigError(f"{name}: expected a value")
+                value, i = argv[i + 1], i + 1
+            if name == "--sample":
+                sample = value
+            else:
+                try:
+                    seed = int(value)
+                except ValueError:
+                    raise ConfigError(f"--sample_seed: {value!r} is not an integer") from None
+        else:
+            rest.append(arg)
+        i += 1
+    return rest, sample, seed
+
+
+def _doc_tokens(plan, docs: list) -> list[int]:
+    """Each document's tokens as the job counts them: normalized, keys joined as the reader joins them, encoded
+    (with EOS in the text modes that append it)."""
+    from transforms.core.tokenizer import shared_tokenizer, tokenize_documents
+
+    tok = shared_tokenizer(plan.tokenizer_files)
+    if plan.mode == FIM and tok.adds_bos:
+        tok = tok.without_bos()
+    values = []
+    for doc in docs:
+        if plan.join_keys and len(doc.values) > 1:
+            doc = Document(doc.index, ("\n\n".join(doc.values),), doc.member)
+        values.append(normalized_document(doc, plan.normalize)[0].values)
+    if not values:
+        return []
+    if plan.mode in SUMMARIZATION_MODES:
+        lengths = [0] * len(values)
+        for k in range(len(values[0])):
+            for i, ids in enumerate(tok.encode_batch([v[k] for v in values])):
+                lengths[i] += len(ids)
+        return lengths
+    out = tokenize_documents(tok, [v[0] for v in values], split_len=plan.split_len,
+                             remove_bos_in_chunks=plan.remove_bos_in_chunks)
+    return [len(ids) for ids in out]
+
+
+def _json_line(keys: tuple, doc: Document) -> bytes:
+    return json.dumps({str(k): v for k, v in zip(keys, doc.values)}, ensure_ascii=False).encode("utf-8")
+
+
+def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, started: Optional[float] = None, *,
+             job: bool = True) -> Estimate:
+    """The estimate; `job=False` stops after the documents and tokens (what a calibration needs), the fields
+    that follow from the job on the sample left None."""
+    from pipelines.create_hdf5_dataset import UserError, plan_job
+
+    started = time.perf_counter() if started is None else started
+    if config.mode in CHAT_MODES:
+        raise UserError(f"estimate: the text modes for now, not {config.mode}")
+    plan = plan_job(config)
+    sizes = [f.size if f.size is not None else file_size(f.path) for f in plan.files]
+    if any(s is None for s in sizes):
+        raise UserError("estimate: the size of every input file is needed (a listing that gives none)")
+    total_bytes = sum(sizes)
+    fraction = parse_sample(sample, total_bytes)
+    sources = plan.mixture_sources or (0,) * len(plan.files)
+    n_sources = len(plan.mixture.sources) if plan.mixture else 1
+    strata: dict = {name: [[] for _ in range(n_sources)] for name in ("documents", "tokens")}
+    notes = []
+    sample_tokens = 0  # what the job on the sample will tokenize: every drawn document, as often as drawn
+    startup = _process_age()
+    cpu_started = time.process_time()
+    with tempfile.TemporaryDirectory(prefix="create_hdf5_dataset_estimate_") as work:
+        sample_dir = os.path.join(work, "in")
+        for f, size, source in zip(plan.files, sizes, sources):
+            target = os.path.join(sample_dir, f.relpath if by_byte(f.path, plan.txt_lines) else f.relpath + ".jsonl")
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if by_byte(f.path, plan.txt_lines):
+                draws = draw_lines(f.path, size, math.ceil(fraction * size), seed, f.relpath)
+                drawn = os.path.join(work, "drawn", f.relpath)
+                os.makedirs(os.path.dirname(drawn), exist_ok=True)
+                with open(drawn, "wb") as out:
+                    out.writelines(line + b"\n" for line in draws.lines)
+                records = list(read_records(drawn, plan.keys, plan.max_record_bytes, txt_lines=plan.txt_lines))
+                if len(records) != len(draws.lines):
+                    raise RuntimeError(f"estimate: {len(draws.lines)} lines drawn from {f.path}, "
+                                       f"{len(records)} records read back")
+                docs = [r for r in records if isinstance(r, Document)]
+                tokens = iter(_doc_tokens(plan, docs))
+                per_line = [(1, next(tokens)) if isinstance(r, Document) else (0, 0) for r in records]
+                # The job on the sample gets the first draws up to the file's share of the budget (a file
+                # smaller than its minimum of draws would otherwise weigh more than its bytes in the ratios).
+                share = int(np.searchsorted(np.cumsum(draws.lengths), fraction * size)) + 1
+                with open(target, "wb") as out:
+                    out.writelines(line + b"\n" for line in draws.lines[:share])
+                sample_tokens += sum(t for _, t in per_line[:share])
+                strata["tokens"][source].append(by_bytes(size, draws.lengths, [x[1] for x in per_line]))
+                # Records: the density of line ends in windows at the drawn offsets (a line drawn by its bytes
+                # says little about the short ones), times the share of drawn lines that are documents.
+                good = sum(x[0] for x in per_line) / len(per_line) if per_line else 0.0
+                strata["documents"][source].append(by_bytes(size, draws.window_bytes,
+                                                            [n * good for n in draws.window_ends]))
+            else:
+                kept, probabilities, n_docs, chars = [], [], 0, 0
+                with open(target, "wb") as out:
+                    for p, record in coin_records(f.path, plan.keys, fraction, seed, f.relpath,
+                                                  max_record_bytes=plan.max_record_bytes, txt_lines=plan.txt_lines):
+                        if isinstance(record, Document):  # read whole anyway: counted exactly
+                            n_docs += 1
+                            chars += sum(map(len, record.values))
+                        if p:
+                            kept.append(record)
+                            probabilities.append(p)
+                            out.write(_json_line(plan.keys, record) + b"\n")
+                tokens = _doc_tokens(plan, kept)
+                sample_tokens += sum(tokens)
+                strata["documents"][source].append(Stratum(float(n_docs), 0.0, math.inf))
+                strata["tokens"][source].append(by_poisson(tokens, probabilities,
+                                                           [sum(map(len, d.values)) for d in kept], chars))
+                if fraction < 1:
+                    notes.append(f"{f.relpath}: read whole (no random access in a {os.path.splitext(f.path)[1]} "
+                                 "file), its records kept by a coin")
+        sampled_cpu = time.process_time() - cpu_started
+        documents = combine(s for per in strata["documents"] for s in per)
+        tokens = combine(s for per in strata["tokens"] for s in per)
+        if not job:
+            return Estimate(fraction, documents, tokens, None, None, (), None, 0.0, None, {}, None,
+                            time.perf_counter() - started, tuple(notes))
+        job_params, job_seconds, job_cpu, disk = _sample_job(config, sample_dir, os.path.join(work, "out"))
+    post = job_params["post-process"]
+    ratio = (lambda x: x / sample_tokens if sample_tokens else 0.0)
+    loss_valid = scaled(tokens, ratio(post["loss_valid_tokens"]))
+    rows = scaled(tokens, ratio(post["n_examples"]))
+    files_per = config.files_per_record if config.num_output_files is None else None
+    file_range = tuple(config.num_output_files if files_per is None else math.ceil(x / files_per)
+                       for x in (rows.low, rows.value, rows.high))
+    on_disk = scaled(tokens, ratio(disk))
+    # This machine: the command's start-up as this process paid it, plus the sample job's stage seconds scaled
+    # to the whole (on the bench corpora a job's data phase lasts about as long as its stages' seconds add up to).
+    share = sample_tokens / tokens.value if tokens.value else 1.0
+    stage_seconds = sum(job_params.get("run", {}).get("stage_seconds", {}).values())
+    seconds = startup + stage_seconds / max(share, 1e-12)
+    cpu_per_token = (sampled_cpu + job_cpu) / sample_tokens if sample_tokens else 0.0
+    vcpu = scaled(tokens, cpu_per_token / 3600)
+    per_source, mixture_total = {}, None
+    if plan.mixture:
+        per_source = {s.name: combine(strata["tokens"][k]) for k, s in enumerate(plan.mixture.sources)}
+        if plan.mixture.total_tokens is None:
+            mixture_total = _largest_total(plan.mixture, per_source)
+    return Estimate(fraction, documents, tokens, loss_valid, rows, file_range, on_disk, seconds, vcpu, per_source,
+                    mixture_total, time.perf_counter() - started, tuple(notes))
+
+
+def _largest_total(spec, per_source: dict) -> Interval:
+    """The largest mixture total the estimated availabilities allow, at the estimate and at its interval's ends."""
+    ends = []
+    for pick in (lambda i: i.low, lambda i: i.value, lambda i: i.high):
+        available = [max(1, int(pick(per_source[s.name]))) for s in spec.sources]
+        try:
+            ends.append(targets(spec, available)[1])
+        except ValueError:
+            ends.append(0)
+    return Interval(ends[1], max(ends[1] - ends[0], ends[2] - ends[1]))
+
+
+def _sample_job(config: Config, sample_dir: str, out: str) -> tuple[dict, float, float, int]:
+    """The job on the sample (no mixture: every sampled document once, as drawn): its data_params.json, its wall
+    and CPU seconds, and the bytes of its files."""
+    from pipelines.create_hdf5_dataset import run
+
+    values = dict(config.values)
+    values.update(input_dir=sample_dir, output_dir=out, metadata_files=None, hf_dataset=None, hf_split=None,
+                  hf_options=None, display_pbar=False, resume_from_checkpoint=False, overwrite_output=False,
+                  total_tokens=None, shuffle=False)
+    if "mixture" in values:
+        values["mixture"] = None
+    sample_config = dataclasses.replace(config, values=tuple(sorted(values.items())))
+    wall, cpu = time.perf_counter(), time.process_time()
+    with contextlib.redirect_stderr(io.StringIO()):  # its summary line is about the sample, not the job
+        params = run(sample_config, ["--runner", "FnApiRunner"])
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    disk = sum(os.path.getsize(os.path.join(out, name)) for name in os.listdir(out) if name.endswith(".h5"))
+    return params, wall, cpu, disk
+
+
+def _process_age() -> float:
+    """Seconds since this process started (interpreter, imports, the tokenizer: what a job pays too); Linux's
+    /proc, else 0."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def render(e: Estimate, mode: str) -> str:
+    def fmt(i: Interval, unit: str = "") -> str:
+        return f"{_human(i.value)}{unit}  (95%: {_human(i.low)}-{_human(i.high)}, +-{i.relative:.1%})"
+
+    lines = [f"estimate of the {mode} job from a {e.fraction:.2%} sample:",
+             f"  documents         {fmt(e.documents)}",
+             f"  tokens            {fmt(e.tokens)}",
+             f"  loss-valid tokens {fmt(e.loss_valid_tokens)}",
+             f"  rows              {fmt(e.rows)}",
+             f"  files             {e.files[1]}  (95%: {e.files[0]}-{e.files[2]})",
+             f"  bytes on disk     {fmt(e.bytes_on_disk, 'B')}",
+             f"  wall time here    {e.seconds:.0f} s  (this machine, {os.cpu_count()} cores, start-up included)",
+             f"  Dataflow          {e.vcpu_hours.value:.3g} vCPU-hours (+-{e.vcpu_hours.relative:.1%}), about "
+             f"${e.vcpu_hours.value * DATAFLOW_USD_PER_VCPU_HOUR:.3g} at ${DATAFLOW_USD_PER_VCPU_HOUR}/vCPU-hour "
+             "(docs/dataflow.md)"]
+    for name, i in e.per_source.items():
+        lines.append(f"  source {name:<10} {fmt(i)} tokens available")
+    if e.mixture_total is not None:
+        lines.append(f"  largest mixture   {fmt(e.mixture_total)} tokens (every source within its max_repeats)")
+    lines.extend(f"  note: {n}" for n in e.notes)
+    lines.append(f"  (this estimate took {e.sample_seconds:.1f} s; nothing was written to the output)")
+    return "\n".join(lines)
+
+
+def _human(x: float) -> str:
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}" if x != int(x) else str(int(x))
+
+
+def main(argv: list[str]) -> int:
+    from pipelines.create_hdf5_dataset import UserError
+
+    started = time.perf_counter()
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.split("\n\n")[0] + "\n\n" + "usage: create_hdf5_dataset estimate MODE [flags of the job] "
+              f"[--sample {DEFAULT_SAMPLE}|0.01|64MB] [--sample_seed 0]")
+        return 0
+    try:
+        rest, sample, seed = _split_args(argv)
+        config, _ = load_config(rest)
+        result = estimate(config, sample, seed, started)
+    except (ConfigError, UserError) as e:
+        print(f"create_hdf5_dataset estimate: error: {e}", file=sys.stderr)
+        return 2
+    print(render(result, config.mode))
+    return 0

@@ -1,0 +1,131 @@
+"""Reading a seeded sample of an input file, for `create_hdf5_dataset estimate` (transforms.core.estimate).
+
+- A plain `.jsonl` (and a `.txt` read a line a record) is sampled **by byte**:
+  uniform offsets, each giving the whole line it falls in, until the lines
+  drawn add up to the file's share of the budget. Only those lines are read:
+  a 1 % sample of a terabyte reads about 1 % of it.
+- Any other file (compressed streams, Parquet, a `.txt` that is one document)
+  has no place to jump to: it is read whole, and each record is **kept by a
+  coin** (a keyed hash of the file and the record's place, below the
+  fraction). Only the kept records go on to be normalized and tokenized.
+
+Draws are seeded by the sample seed and the file's identity (its relative
+path): the same sample whatever the order of the files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Iterator, Optional
+
+import fsspec
+import numpy as np
+
+from transforms.core.records import BadRecord, Document, SkippedRecord
+from transforms.io.discover import extension_of
+from transforms.io.readers import read_records
+
+__all__ = ["LineDraws", "by_byte", "draw_lines", "coin_records", "keeps"]
+
+_BACK = 1 << 16  # bytes read back at a time to find the start of a drawn line
+WINDOW = 1 << 14  # bytes after each drawn offset whose line ends are counted
+_MIN_DRAWS = 30  # per file, when it is larger than the lines that many draws would read: a variance needs a few
+
+
+def by_byte(path: str, txt_lines: bool) -> bool:
+    """Whether a file can be sampled by byte offsets (one record per line, no compression)."""
+    ext = extension_of(path)
+    return ext == ".jsonl" or (ext == ".txt" and txt_lines)
+
+
+@dataclasses.dataclass
+class LineDraws:
+    """The lines drawn from one file: each draw's line (without its newline) and its bytes (with it)."""
+
+    size: int
+    lines: list  # bytes
+    lengths: list  # int
+    # Per draw, the line ends in the WINDOW bytes from its offset, and those bytes (fewer at the file's end):
+    # the density of lines, for the count of records (a line drawn by its bytes says little about short ones).
+    window_ends: list = dataclasses.field(default_factory=list)
+    window_bytes: list = dataclasses.field(default_factory=list)
+
+
+def _seed(seed: int, identity: str) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{identity}".encode(), digest_size=8).digest(), "big")
+
+
+def draw_lines(path: str, size: int, budget: int, seed: int, identity: str, max_draws: int = 200_000) -> LineDraws:
+    """Lines at uniform byte offsets of a file of `size` bytes, until their bytes reach `budget` (at least
+    `_MIN_DRAWS` draws unless the budget covers the file, at most `max_draws`)."""
+    rng = np.random.default_rng(_seed(seed, identity))
+    out = LineDraws(size, [], [])
+    if size <= 0:
+        return out
+    drawn = 0
+    with fsspec.open(path, "rb") as fh:
+        while len(out.lines) < max_draws and (drawn < budget or (len(out.lines) < _MIN_DRAWS and budget < size)):
+            offset = int(rng.integers(0, size))
+            line, length = _line_at(fh, size, offset)
+            out.lines.append(line)
+            out.lengths.append(length)
+            fh.seek(offset)
+            window = fh.read(WINDOW)
+            out.window_ends.append(window.count(b"\n") + (offset + len(window) == size and not window.endswith(b"\n")))
+            out.window_bytes.append(len(window))
+            drawn += length
+    return out
+
+
+def _line_at(fh, size: int, offset: int) -> tuple[bytes, int]:
+    """(the line holding byte `offset`, without its newline; its bytes with it)."""
+    start = offset
+    while start > 0:  # back to the byte after the previous newline
+        lo = max(0, start - _BACK)
+        fh.seek(lo)
+        before = fh.read(start - lo)
+        cut = before.rfind(b"\n")
+        if cut >= 0:
+            start = lo + cut + 1
+            break
+        start = lo
+    fh.seek(start)
+    parts = []
+    while True:  # no newline lies in [start, offset): the first one from start ends the line
+        block = fh.read(_BACK)
+        if not block:
+            line = b"".join(parts)
+            return line, len(line)
+        cut = block.find(b"\n")
+        if cut >= 0:
+            parts.append(block[:cut])
+            line = b"".join(parts)
+            return line, len(line) + 1
+        parts.append(block)
+
+
+def keeps(seed: int, identity: str, index: int, fraction: float) -> bool:
+    """The coin of record `index` of a file: kept when its keyed hash falls below the fraction."""
+    h = hashlib.blake2b(f"{seed}:{identity}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") < fraction * 2**64
+
+
+def coin_records(path: str, keys: tuple, fraction: float, seed: int, identity: str, *,
+                 max_record_bytes: Optional[int] = None, txt_lines: bool = False) -> Iterator[tuple[float, object]]:
+    """Every record of a file read whole: (the probability it was kept with, or 0 when it was not; the record).
+
+    A document of s characters is kept with probability min(1, fraction * s / m), m the mean size of the
+    documents read so far (this one included): in proportion to its size (transforms.core.estimate says why),
+    its coin a keyed hash of the file and its place. Bad records are never kept (they are counted whole).
+    """
+    chars = count = 0
+    for i, record in enumerate(read_records(path, keys, max_record_bytes, txt_lines=txt_lines)):
+        if not isinstance(record, Document):
+            yield 0.0, record
+            continue
+        size = sum(map(len, record.values))
+        chars, count = chars + size, count + 1
+        p = min(1.0, fraction * size * count / chars) if chars else min(1.0, fraction)
+        p = max(p, 1e-9)
+        yield (p if keeps(seed, identity, i, p) else 0.0), record
