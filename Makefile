@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_OUT ?= demo_output
 
-.PHONY: demo test fuzz test-runners runners prism-cache flink-cluster flink-cluster-stop spark-job-server spark-job-server-stop bench-runners test-torch install bench bench-ftfy bench-compress bench-read vsl-pack-bench scale-sim split-bench read-rates progress-eta mutation clean
+.PHONY: demo test fuzz test-runners runners prism-cache flink-cluster flink-cluster-stop spark-job-server spark-job-server-stop bench-runners test-torch install bench bench-ftfy bench-estimate bench-compress bench-read vsl-pack-bench scale-sim split-bench read-rates progress-eta mutation clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -73,9 +73,14 @@ bench: install
 	$(PY) benchmarks/bench.py --corpus $(BENCH_ML_CORPUS) --configs ftfy_off,ftfy_on,qwen_off,qwen_on $(BENCH_ML_ARGS)
 	$(PY) benchmarks/vsl_packing.py
 	$(MAKE) --no-print-directory bench-ftfy
+	$(MAKE) --no-print-directory bench-estimate
 
 # ftfy.fix_text against transforms.core.fast_ftfy per script, one core, outputs compared.
 # BENCH_FTFY_ARGS="--limit-docs 2000" for a quick look.
+# The estimate's 95% intervals over 40 seeded 1% samples of each bench corpus, and its time against the job's.
+bench-estimate: install
+	$(PY) benchmarks/estimate_calibration.py $(BENCH_ESTIMATE_ARGS)
+
 bench-ftfy: install
 	$(PY) benchmarks/ftfy_rates.py --corpus $(BENCH_ML_CORPUS) $(BENCH_FTFY_ARGS)
 

@@ -62,6 +62,7 @@ class Estimate:
     per_source: dict  # mixture source -> Interval of its tokens available
     mixture_total: Optional[Interval]  # the largest total the mixture allows (None: no mixture or a total given)
     sample_seconds: float  # what this estimate took, start-up included
+    startup_seconds: float = 0.0  # of which the process's start-up (interpreter, imports, tokenizer)
     notes: tuple = ()
 
 
@@ -110,6 +111,11 @@ def _split_args(argv: list[str]) -> tuple[list[str], str, int]:
     return rest, sample, seed
 
 
+def job_arguments(argv: list[str]) -> list[str]:
+    """The job's own arguments among an estimate's (its head start builds the job's tokenizer from them)."""
+    return _split_args(argv)[0]
+
+
 def _doc_tokens(plan, docs: list) -> list[int]:
     """Each document's tokens as the job counts them: normalized, keys joined as the reader joins them, encoded
     (with EOS in the text modes that append it)."""
@@ -140,13 +146,13 @@ def _json_line(keys: tuple, doc: Document) -> bytes:
     return json.dumps({str(k): v for k, v in zip(keys, doc.values)}, ensure_ascii=False).encode("utf-8")
 
 
-def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, started: Optional[float] = None, *,
-             job: bool = True) -> Estimate:
+def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job: bool = True) -> Estimate:
     """The estimate; `job=False` stops after the documents and tokens (what a calibration needs), the fields
     that follow from the job on the sample left None."""
     from pipelines.create_hdf5_dataset import UserError, plan_job
 
-    started = time.perf_counter() if started is None else started
+    started = time.perf_counter()
+    startup = _process_age()
     if config.mode in CHAT_MODES:
         raise UserError(f"estimate: the text modes for now, not {config.mode}")
     plan = plan_job(config)
@@ -160,7 +166,6 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, starte
     strata: dict = {name: [[] for _ in range(n_sources)] for name in ("documents", "tokens")}
     notes = []
     sample_tokens = 0  # what the job on the sample will tokenize: every drawn document, as often as drawn
-    startup = _process_age()
     cpu_started = time.process_time()
     with tempfile.TemporaryDirectory(prefix="create_hdf5_dataset_estimate_") as work:
         sample_dir = os.path.join(work, "in")
@@ -217,7 +222,7 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, starte
         tokens = combine(s for per in strata["tokens"] for s in per)
         if not job:
             return Estimate(fraction, documents, tokens, None, None, (), None, 0.0, None, {}, None,
-                            time.perf_counter() - started, tuple(notes))
+                            time.perf_counter() - started + startup, startup, tuple(notes))
         job_params, job_seconds, job_cpu, disk = _sample_job(config, sample_dir, os.path.join(work, "out"))
     post = job_params["post-process"]
     ratio = (lambda x: x / sample_tokens if sample_tokens else 0.0)
@@ -240,7 +245,7 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, starte
         if plan.mixture.total_tokens is None:
             mixture_total = _largest_total(plan.mixture, per_source)
     return Estimate(fraction, documents, tokens, loss_valid, rows, file_range, on_disk, seconds, vcpu, per_source,
-                    mixture_total, time.perf_counter() - started, tuple(notes))
+                    mixture_total, time.perf_counter() - started + startup, startup, tuple(notes))
 
 
 def _largest_total(spec, per_source: dict) -> Interval:
@@ -308,7 +313,8 @@ def render(e: Estimate, mode: str) -> str:
     if e.mixture_total is not None:
         lines.append(f"  largest mixture   {fmt(e.mixture_total)} tokens (every source within its max_repeats)")
     lines.extend(f"  note: {n}" for n in e.notes)
-    lines.append(f"  (this estimate took {e.sample_seconds:.1f} s; nothing was written to the output)")
+    lines.append(f"  (this estimate took {e.sample_seconds:.1f} s, {e.startup_seconds:.1f} s of it start-up; nothing was "
+                 "written to the output)")
     return "\n".join(lines)
 
 
@@ -322,7 +328,6 @@ def _human(x: float) -> str:
 def main(argv: list[str]) -> int:
     from pipelines.create_hdf5_dataset import UserError
 
-    started = time.perf_counter()
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.split("\n\n")[0] + "\n\n" + "usage: create_hdf5_dataset estimate MODE [flags of the job] "
               f"[--sample {DEFAULT_SAMPLE}|0.01|64MB] [--sample_seed 0]")
@@ -330,7 +335,7 @@ def main(argv: list[str]) -> int:
     try:
         rest, sample, seed = _split_args(argv)
         config, _ = load_config(rest)
-        result = estimate(config, sample, seed, started)
+        result = estimate(config, sample, seed)
     except (ConfigError, UserError) as e:
         print(f"create_hdf5_dataset estimate: error: {e}", file=sys.stderr)
         return 2

@@ -53,6 +53,13 @@ def configure_logging() -> None:
 def _head_start(argv: list) -> Optional[threading.Thread]:
     from pipelines.config import TOOLS, ConfigError, load_config
 
+    if argv and argv[0] == "estimate":  # the job's flags after it, and the estimate's own
+        from pipelines.estimate import job_arguments
+
+        try:
+            argv = job_arguments(argv[1:])
+        except ConfigError:
+            return None
     if not argv or argv[0] in TOOLS:
         return None
     try:

@@ -271,3 +271,20 @@ def test_the_example_mixture_config_runs(tmp_path, monkeypatch):
     sample = params["mixture"]["sources"]["sample"]
     assert sample["whole_copies"] == 1 and sample["repeats"] > 0
     assert abs(sample["tokens_taken"] - 250_000) < 5_000
+
+
+def test_verify_checks_the_mixture_section(job, tmp_path):
+    import shutil
+
+    from pipelines.tools import verify_dataset
+
+    out, _ = job
+    result = verify_dataset(str(out))
+    assert result.problems == [], result.problems
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    params = json.loads((copy / "data_params.json").read_text())
+    params["mixture"]["sources"]["web"]["documents_taken"] += 1  # one more taken than the input says
+    (copy / "data_params.json").write_text(json.dumps(params))
+    problems = verify_dataset(str(copy)).problems
+    assert any("not_in_mixture" in p for p in problems), problems

@@ -416,3 +416,43 @@ def mixture_section(summary: dict, stats) -> dict:
                      realized_share=tokens_taken / taken_total)
     return {**{k: v for k, v in summary.items() if k != "sources"}, "tokens_taken": sum(
         counts.get(f"tokens_taken.{name}", 0) for name in sources), "sources": sources}
+
+
+def check_mixture(section: Mapping, inp: Mapping) -> list[str]:
+    """Problems with data_params.json's mixture section, against itself and the input accounting (verify)."""
+    problems = []
+    sources = section.get("sources")
+    if not isinstance(sources, Mapping) or not sources:
+        return ["mixture.sources is missing"]
+    try:
+        taken_total = sum(int(s["tokens_taken"]) for s in sources.values())
+        if section.get("tokens_taken") != taken_total:
+            problems.append(f"mixture.tokens_taken is {section.get('tokens_taken')}, its sources add up to "
+                            f"{taken_total}")
+        shares = sum(float(s["target_share"]) for s in sources.values())
+        if abs(shares - 1) > 1e-9:
+            problems.append(f"mixture: the target shares add up to {shares}, not 1")
+        for name, s in sources.items():
+            if not 0 <= s["documents_taken"] <= s["documents_available"]:
+                problems.append(f"mixture.{name}: {s['documents_taken']} documents taken of "
+                                f"{s['documents_available']}")
+            if s["repeats"] < 0 or (s["repeats"] and s["documents_taken"] == 0):
+                problems.append(f"mixture.{name}: {s['repeats']} repeats of {s['documents_taken']} documents")
+            want = s["tokens_taken"] / taken_total if taken_total else 0.0
+            if abs(s["realized_share"] - want) > 1e-9:
+                problems.append(f"mixture.{name}.realized_share is {s['realized_share']}, its tokens make {want}")
+            if s["tokens_taken"] > 0 and s["documents_taken"] == 0:
+                problems.append(f"mixture.{name}: {s['tokens_taken']} tokens taken from no document")
+        checks = (("good", sum(s["documents_available"] for s in sources.values())),
+                  ("repeats", sum(s["repeats"] for s in sources.values())))
+        for key, want in checks:
+            if inp.get(key, 0) != want:
+                problems.append(f"input.{key} is {inp.get(key, 0)}, the mixture's sources make {want}")
+        dropped = inp.get("dropped_by_reason", {}).get(NOT_IN_MIXTURE, 0)
+        want = sum(s["documents_available"] - s["documents_taken"] for s in sources.values())
+        if dropped != want:
+            problems.append(f"input.dropped_by_reason.{NOT_IN_MIXTURE} is {dropped}, the mixture left {want} "
+                            "documents")
+    except (KeyError, TypeError, ValueError) as e:
+        problems.append(f"mixture section is malformed ({e!r})")
+    return problems

@@ -46,14 +46,17 @@ which decides the component; the component's draws decide the row.
    positive weight)) (each level adds at most 1/2, scaled down by the
    shares below it): 1/2 for two components, 1 for three or four. N_c(k) and
    the component and draw number of slot t cost O(d), for any k and t.
-2. Positions are shuffled within blocks of BLOCK = 256 slots: position t
-   takes slot `b * 256 + permute(t % 256)` of its block b = t // 256, by
-   the Feistel permutation of `ResumableSampler` keyed by (seed, epoch, b)
-   (the epoch's last, partial block is permuted over its own size). Without
-   it the pattern of components would be periodic, and with rational
-   weights rank r, which takes positions r, r + world_size, ..., could get
-   one component only (weights 0.5 / 0.5 on two ranks: all of one each).
-   Within a block each rank's positions are a random subset of the slots.
+2. Positions are shuffled within blocks of BLOCK = 64 slots: position t
+   takes slot `b * 64 + permute(t % 64)` of its block b = t // 64, by the
+   Feistel permutation of `ResumableSampler` keyed by (seed, epoch, b) (the
+   epoch's last, partial block is permuted over its own size). Without it
+   the pattern of components would be periodic, and with rational weights
+   rank r, which takes positions r, r + world_size, ..., could get one
+   component only (weights 0.5 / 0.5 on two ranks: all of one each). With
+   it a rank's positions in a block are a random subset of the block's
+   slots, whose composition is within d of 64 * p_c. A block of 64 keeps
+   the blocks' own deviation small (below) and is still wide enough that
+   the order of components does not repeat.
 3. A component cycles through all its rows before repeating one: its draw
    number j (counted from epoch 0: epoch e starts at e * N_c(L)) is row
    `permute(j % n_c, n_c, keys(seed, c, j // n_c))`, a new keyed
@@ -61,20 +64,23 @@ which decides the component; the component's draws decide the row.
    row of c has been drawn either floor or ceil of (draws / n_c) times.
 
 Error bound. Among the first k positions of an epoch (all ranks together),
-each component has N_c(k) +- e draws: e = 0 at block boundaries (k a
-multiple of 256, or L), so the deviation from k * p_c is at most d / 2;
-elsewhere e is the deviation of s = k % 256 slots drawn without
-replacement from one block (at most min(s, 256 - s), typically below
-sqrt(64 * p_c * (1 - p_c)) <= 4). Any window of positions: twice that.
-i.i.d. draws (what a weighted random choice per sample gives) deviate by
-sqrt(k * p_c * (1 - p_c)), growing without bound: about 22 samples after
-2000 draws of p = 0.3. For tokens, the counts are then as above, and the
-remaining error is only which rows were drawn: without replacement within a
-cycle, so c's tokens after D draws differ from D * tokens_per_row[c] by at
-most the spread of a sample without replacement (sd below sigma_c *
-sqrt(D), sigma_c the sd of c's rows' loss-valid tokens; zero over whole
-cycles). i.i.d. draws add the count's variance, k * p_c * (1 - p_c) *
-tokens_per_row[c]**2, which dominates for packed rows (sigma_c near 0).
+component c has N_c(k) + e draws, e = 0 at block boundaries (k a multiple
+of 64, or L): there the deviation from k * p_c is at most d / 2, however
+large k is. Inside a block, e is the deviation of s = k % 64 slots drawn
+without replacement from the block's: sd sqrt(s * (64 - s) / 63 * p_c *
+(1 - p_c)) <= 2, and over all s of a block rarely more than
+3 * sqrt(64 * p_c * (1 - p_c)) <= 12 (Kolmogorov's bound for the maximum
+of a bridge: about 1e-7 per block); never more than min(s, 64 - s). Any
+window of positions: twice that. i.i.d. draws (a weighted random choice per
+sample) deviate by sqrt(k * p_c * (1 - p_c)), growing without bound: 22
+samples after 2000 draws of p = 0.3, 70 after 20000. For tokens the
+counts are as above, and what remains is which rows were drawn: without
+replacement within a cycle, so c's tokens over D draws differ from
+D * tokens_per_row[c] by the spread of the partial cycles only (sd at most
+sigma_c * sqrt(r * (n_c - r) / (n_c - 1)) for r rows of a cycle, sigma_c
+the sd of c's rows' loss-valid tokens; whole cycles add exactly their
+total). i.i.d. draws add the count's own variance, k * p_c * (1 - p_c) *
+tokens_per_row[c]**2, which dominates when rows are packed (sigma_c near 0).
 
 The epoch
 ---------
@@ -127,7 +133,7 @@ __all__ = ["MixtureSampler", "sample_shares", "BLOCK", "COVER_SHARE", "STATE_VER
 STATE_VERSION = 1  # bump when the state or the order changes: an old state is then refused, not resumed elsewhere
 BY = ("samples", "tokens")
 COVER_SHARE = 0.05  # Cerebras 2.10: an epoch covers every component whose weight is above 5%
-_BLOCK_BITS = 8
+_BLOCK_BITS = 6
 BLOCK = 1 << _BLOCK_BITS  # a power of two: a full block's Feistel domain is exactly its slots, no cycle-walking
 _SCALE_BITS = 31  # shares in units of 2**-31: k * A_L stays below 2**62 in the tree's uint64 arithmetic
 _SCALE = 1 << _SCALE_BITS

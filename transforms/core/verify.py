@@ -63,6 +63,7 @@ import numpy as np
 
 from transforms.core.features import (ATTENTION_MASK, ATTENTION_SPAN, DPO_FEATURES, INPUT_IDS, KEY_PADDING_FEATURES,
                                       KEY_PADDING_MASK, LABELS, LM_FEATURES, POSITION_IDS, VSL_FEATURES)
+from transforms.core.mixture import check_mixture
 from transforms.core.stats import check_accounting
 
 __all__ = [
@@ -943,10 +944,16 @@ def check_stats(params: Mapping, counts: Mapping[str, int], spec: DatasetSpec, *
     if isinstance(inp, Mapping):
         try:
             problems += [f"input: {p}" for p in check_accounting(inp)]
-            for post_key, in_key in (("processed_files", "good"), ("discarded_files", "dropped"),
-                                     ("successful_files", "used")):
-                if post_key in post and post[post_key] != inp[in_key]:
-                    problems.append(f"post-process.{post_key} is {post[post_key]}, input.{in_key} is {inp[in_key]}")
+            if isinstance(params.get("mixture"), Mapping):  # a mixture's accounting against the input's
+                problems += check_mixture(params["mixture"], inp)
+            # A mixture's repeats are used (or dropped) like documents, but are not documents of the input.
+            repeats = inp.get("repeats", 0)
+            for post_key, in_key, want in (("processed_files", "good", inp["good"]),
+                                           ("discarded_files", "dropped", inp["dropped"]),
+                                           ("successful_files", "used", inp["used"] - repeats)):
+                if post_key in post and post[post_key] != want:
+                    problems.append(f"post-process.{post_key} is {post[post_key]}, input.{in_key} "
+                                    + (f"- repeats is {want}" if repeats and in_key == "used" else f"is {want}"))
         except (KeyError, TypeError) as e:
             problems.append(f"input section is malformed ({e!r})")
     elif spec.producer == OURS:
