@@ -667,11 +667,9 @@ def _validate_mixture(v: dict) -> None:
         parse_mixture(json.loads(v["mixture"]), total_tokens=v["total_tokens"], seed=v["mixture_seed"])
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    for name in ("data_splits", "context_splits", "subsets"):
-        _require(not v.get(name), f"mixture and {name}: not supported together yet (run one job per split)")
-    _require(not v.get("top_level_as_subsets"), "mixture and top_level_as_subsets: not supported together yet")
-    _require(not v["resume_from_checkpoint"], "mixture and resume_from_checkpoint: not supported together yet "
-             "(the plan needs every document's count: run the job again)")
+    _require(not v.get("subsets") and not v.get("top_level_as_subsets"),
+             "mixture and subsets: subsets are top-level directories of input_dir, and a mixture has none (its "
+             "sources are its subsets' counterpart: one job per subset, or a source each)")
 
 
 def _validate_source(v: dict) -> None:

@@ -38,7 +38,7 @@ from transforms.core.chat.batch import ChatConfig, RecordCheck
 from transforms.core.features import DPO_FEATURES, KEY_PADDING_FEATURES, LM_FEATURES, VSL_FEATURES
 from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core import fast_ftfy
-from transforms.core.mixture import MixtureSpec, parse_mixture
+from transforms.core.mixture import MixturePlan, MixtureSpec, parse_mixture
 from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
 from transforms.core.records import InputFile, PerPart
@@ -55,7 +55,7 @@ from transforms.io.hdf5_format import GZIP_LEVEL
 from transforms.io.hdf5_sink import EncodeRows, RowFormat, WriteHdf5Shards
 from transforms.io.hooks import (DOCUMENT, PREFERENCE, REGIONS, HookSpec, ReadHookCheck, hook_source, load_hook,
                                  parse_hook_spec)
-from transforms.io.intermediate import STORED, SkipStoredGroups, StoreGroups
+from transforms.io.intermediate import MIXTURE_PLAN, STORED, SkipStoredGroups, StoreGroups, load_mixture_plan
 from transforms.io.job_progress import FlinkRestMetrics, JobProgress, live_metrics
 from transforms.io.dead_letters import DEAD_LETTER_DIR, WriteDeadLetters
 from transforms.io.manifest import PARAMS_FILE, MergeStats, WriteDatasetParams, WriteSplitParams
@@ -126,6 +126,7 @@ class JobPlan:
     region_defaults: Optional[RegionDefaults] = None  # the config's semantic_* maps, when the hook's regions count
     mixture: Optional[MixtureSpec] = None  # sources taken by token budget (transforms.core.mixture)
     mixture_sources: tuple = ()  # per input file, the index of its mixture source
+    mixture_plan: Optional[MixturePlan] = None  # on resume: the plan the interrupted run kept
     txt_lines: bool = False  # a .txt file is a record per line (Cerebras 2.10's reading), else one document
 
     @property
@@ -614,17 +615,28 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
                                      check=_record_check(plan))
     )
     docs, stored = read[DOCS], None
-    if plan.storage_dir and plan.resume:
-        skipped = docs | "SkipStoredGroups" >> SkipStoredGroups(plan.storage_dir, plan.splits)
+    # A mixture resumes from the plan its interrupted run kept; without one, no group was selected (and so none
+    # stored) before it stopped.
+    if plan.storage_dir and plan.resume and (plan.mixture is None or plan.mixture_plan is not None):
+        copies = None
+        if plan.mixture is not None:
+            copies = (*(plan.mixture_plan.groups_of(k) for k in plan.mixture_sources), len(plan.files))
+        skipped = docs | "SkipStoredGroups" >> SkipStoredGroups(plan.storage_dir, plan.splits, copies)
         docs, stored = skipped.todo, skipped[STORED]
     dead_letters = read[DEAD_LETTERS] | "DeadLetters" >> WriteDeadLetters(plan.output_dir)
     if plan.splits is None:
         tokens, mixture = _tokens(plan, docs) if plan.chat is None else docs, None
         if plan.mixture is not None:
-            tokens, mixture = tokens | "SelectMixture" >> SelectMixture(plan.mixture, plan.mixture_sources,
-                                                                       len(plan.files))
+            tokens, mixture = tokens | "SelectMixture" >> _select_mixture(plan)
         return _write(plan, _rows(plan, tokens), stored, dead_letters, mixture)
     return _build_splits(plan, docs, stored, dead_letters)
+
+
+def _select_mixture(plan: JobPlan) -> SelectMixture:
+    """The mixture's stage: its plan kept beside the stored groups (a resumable job), or the kept one used."""
+    keep = fs.join(plan.output_dir, fs.TMP_DIR, MIXTURE_PLAN) if plan.storage_dir else None
+    return SelectMixture(plan.mixture, plan.mixture_sources, len(plan.files), keep_plan=keep,
+                         plan=plan.mixture_plan)
 
 
 def _record_check(plan: JobPlan):
@@ -653,7 +665,11 @@ def _build_splits(plan: JobPlan, docs, stored, dead_letters):
                                 chat=per_part(lambda p: p.chat))
     routed = docs | "RouteDocuments" >> RouteDocuments(splits, plan.normalize if plan.chat is None else None)
     parts, rest = routed.parts, routed[REST]
-    rows = _rows(keyed, parts if plan.chat is not None else parts | "TokenizeDocuments" >> _tokenize(plan))
+    tokens, mixture = parts if plan.chat is not None else parts | "TokenizeDocuments" >> _tokenize(plan), None
+    if plan.mixture is not None:
+        # After the routing: a document's copies are drawn with it, so they are all in its output.
+        tokens, mixture = tokens | "SelectMixture" >> _select_mixture(plan)
+    rows = _rows(keyed, tokens)
     if plan.storage_dir:
         rest = rest | "StoreRest" >> StoreGroups(plan.storage_dir)
     if stored is not None:
@@ -671,7 +687,7 @@ def _build_splits(plan: JobPlan, docs, stored, dead_letters):
         sections=tuple(o.sections for o in outputs), extras=tuple(o.extra for o in outputs), eos_id=plan.eos_id,
         pad_id=plan.pad_id, vocab_size=plan.vocab_size, features=plan.features, stats=stats,
         rest_stats=rest_stats, dead_letters=dead_letters, summary_sections=plan.sections,
-        summary_extra={**plan.extra, "features": list(plan.features)})
+        summary_extra={**plan.extra, "features": list(plan.features)}, mixture=mixture)
 
 
 def _tokenize(plan: JobPlan) -> TokenizeDocuments:
@@ -809,8 +825,12 @@ def runner_plan(plan: JobPlan, config: Config, options: PipelineOptions) -> JobP
     text in memory.
     """
     local = _is_local_runner(options)
-    return dataclasses.replace(plan, storage_dir=_storage_dir(config, local),
+    plan = dataclasses.replace(plan, storage_dir=_storage_dir(config, local),
                                fan_out_bytes=None if local else FAN_OUT_BYTES, process_cpus=_process_cpus(options))
+    if plan.mixture is not None and plan.resume and plan.storage_dir:
+        kept = load_mixture_plan(fs.join(plan.output_dir, fs.TMP_DIR, MIXTURE_PLAN))
+        plan = dataclasses.replace(plan, mixture_plan=kept)
+    return plan
 
 
 def launch(config: Config, beam_args: list[str], plan_changes: Optional[dict] = None) -> Launched:

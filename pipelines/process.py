@@ -60,6 +60,8 @@ def _head_start(argv: list) -> Optional[threading.Thread]:
             argv = job_arguments(argv[1:])
         except ConfigError:
             return None
+        if not argv or argv[0].startswith("-"):  # --help, or no mode: the estimate's main() answers
+            return None
     if not argv or argv[0] in TOOLS:
         return None
     try:

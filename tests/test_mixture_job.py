@@ -218,8 +218,7 @@ def test_the_stage_takes_each_document_as_many_times_as_the_plan_says_each_copy_
 
 @pytest.mark.parametrize("extra, message", [
     (["--input_dir", "/x"], "mixture and input_dir are both set"),
-    (["--data_splits", "train=0.9,test=0.1"], "mixture and data_splits"),
-    (["--resume_from_checkpoint", "True"], "mixture and resume_from_checkpoint"),
+    (["--top_level_as_subsets", "True"], "mixture and subsets"),
 ])
 def test_what_a_mixture_does_not_go_with_is_refused_before_reading(sources, tmp_path, extra, message):
     from pipelines.config import ConfigError, load_config
@@ -288,3 +287,80 @@ def test_verify_checks_the_mixture_section(job, tmp_path):
     (copy / "data_params.json").write_text(json.dumps(params))
     problems = verify_dataset(str(copy)).problems
     assert any("not_in_mixture" in p for p in problems), problems
+
+
+def test_a_split_job_keeps_every_copy_of_a_document_in_its_split(sources, tmp_path):
+    """ml is repeated (5x allowed, once whole and then some twice): each of its documents' copies, in the rows of
+    VSL's one-document segments, must all be in the one split the document's content draws."""
+    from pipelines.tools import verify_dataset
+    from transforms.core.tokenizer import shared_tokenizer
+    from transforms.io.tokenizer_files import read_tokenizer_files
+
+    out = tmp_path / "s"
+    summary = run_job(_args(_mixture(sources), out, "--data_splits", "train=0.8,test=0.2", mode="LMData_VSL"))
+    assert verify_dataset(str(out)).problems == []
+    mix = summary["mixture"]["sources"]
+    assert mix["ml"]["repeats"] > 0 and summary["input"]["repeats"] == sum(s["repeats"] for s in mix.values())
+    tok = shared_tokenizer(read_tokenizer_files("GPT2Tokenizer", vocab_file=str(GPT2 / "vocab.bpe"),
+                                                encoder_file=str(GPT2 / "encoder.json")))
+    streams = {o["path"]: read_rows(out / o["path"])[:, 0].astype("<i4").tobytes() for o in summary["outputs"]}
+    texts = [json.loads(line)["text"] for line in open(sources / "ml" / "ml.jsonl")]
+    repeated = 0
+    for ids in tok.encode_batch(texts):
+        head = np.asarray(ids[:48], dtype="<i4").tobytes()  # a document's first tokens open its first segment
+        found = {path: s.count(head) for path, s in streams.items() if s.count(head)}
+        assert len(found) <= 1, found  # never in two splits
+        repeated += sum(found.values()) > 1
+    assert repeated > 0  # some documents are there twice, both times in their own split
+
+
+@pytest.mark.parametrize("kill_point", ["before_the_plan", "after_groups_were_stored"])
+def test_kill_and_resume_gives_the_uninterrupted_bytes(sources, job, tmp_path, kill_point):
+    """Killed before the plan is made, a resumed job counts everything again; killed once groups (and their
+    copies) are stored, it reads the kept plan and only the groups not stored."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import ROOT, stderr_text
+
+    out = tmp_path / "out"
+    args = _args(_mixture(sources), out, "--shuffle", "True", "--packing_group_mb", "1")
+    reference = run_job(_args(_mixture(sources), tmp_path / "ref", "--shuffle", "True", "--packing_group_mb", "1"))
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.create_hdf5_dataset", *args, *RUNNER], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    plan, groups = out / ".tmp" / "mixture_plan.json", out / ".tmp" / "groups"
+
+    def copies_stored() -> list:
+        return [p for p in glob.glob(str(groups / "*.json")) if _stored_copy(p)]
+
+    ready = (lambda: glob.glob(str(out / ".tmp" / "*"))) if kill_point == "before_the_plan" else \
+        (lambda: len(glob.glob(str(groups / "*.json"))) >= 2 and copies_stored())
+    deadline = time.time() + 120
+    while not ready():
+        assert proc.poll() is None, "the job ended before the kill point: " + stderr_text(proc)
+        assert time.time() < deadline
+        time.sleep(0.002)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "data_params.json").exists()
+    if kill_point == "after_groups_were_stored":
+        assert plan.exists()
+        # As if killed between a group and its copy: the copies' stored files gone, the group's kept. The group
+        # must be read again (all its copies are needed), not skipped.
+        for meta in copies_stored():
+            for suffix in (".json", ".chunks.npy", ".offsets.npy"):
+                os.remove(meta[:-len(".json")] + suffix)
+    resumed = run_job(args + ["--resume_from_checkpoint", "True"])
+    assert _digests(out) == _digests(tmp_path / "ref")
+    assert resumed["mixture"] == reference["mixture"] and resumed["input"] == reference["input"]
+    if kill_point == "after_groups_were_stored":
+        assert resumed["run"]["groups_resumed"] >= 2
+
+
+def _stored_copy(meta_path: str) -> bool:
+    try:
+        return json.loads(open(meta_path).read())["group"]["copy"] > 0
+    except (OSError, ValueError, KeyError):  # being written
+        return False

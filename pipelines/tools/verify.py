@@ -20,6 +20,7 @@ import numpy as np
 from pipelines.tools.common import UsageError, add_tokenizer_flags, basename, load_params, require_dir, \
     tokenizer_flags
 from transforms.core import verify as V
+from transforms.core.mixture import check_mixture
 from transforms.core.stats import check_accounting
 from transforms.io import fs
 from transforms.io.dataset import PARAMS_FILE, file_layout, iter_row_blocks, list_h5_files, open_dataset_tokenizer, \
@@ -199,6 +200,8 @@ def _verify_split_job(out_dir: str, summary: dict, **flags) -> VerifyResult:
                                     f"({params.get('config_fingerprint')}, the job's {summary.get('config_fingerprint')})")
     inp = summary.get("input", {})
     res.problems += [f"{PARAMS_FILE}: {p}" for p in check_accounting(inp)] if inp else []
+    if inp and isinstance(summary.get("mixture"), dict):  # a mixture's plan is the job's, its section the summary's
+        res.problems += [f"{PARAMS_FILE}: {p}" for p in check_mixture(summary["mixture"], inp)]
     if inp and documents != inp["good"]:
         res.problems.append(f"{PARAMS_FILE}: the outputs hold {documents} documents, the job read {inp['good']} "
                             "good ones")

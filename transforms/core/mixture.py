@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import re
 from typing import Iterable, Mapping, Optional, Sequence
@@ -234,6 +235,19 @@ class MixturePlan:
     total_tokens: int  # the mixture's target total
     limited_by: Optional[str] = None  # without total_tokens: the source whose cap set the total
 
+    def groups_of(self, source: int) -> int:
+        """Groups a packing group of `source` becomes: itself, then one per further copy any document can take."""
+        plan = self.sources[source]
+        return max(1, plan.copies + (1 if plan.threshold else 0))
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "MixturePlan":
+        data = json.loads(text)
+        return cls(tuple(SourcePlan(**s) for s in data["sources"]), data["total_tokens"], data.get("limited_by"))
+
     def times(self, source: int, hashes: np.ndarray) -> np.ndarray:
         """Copies of each document of `source` (hashes uint64) -> int64 array."""
         plan = self.sources[source]
@@ -383,10 +397,9 @@ def select_batch(batch, plan: MixturePlan, source: int, n_files: int, hashes: np
     stats.add(f"{MIXTURE_PREFIX}copies.{name}", int(times.sum()))
     stats.add(f"dropped.{NOT_IN_MIXTURE}", int((times == 0).sum()), where)
     out = []
-    for k in range(int(times.max(initial=1))):
+    # Every copy group the source can have, empty ones too: a resume skips a group only when all are stored.
+    for k in range(plan.groups_of(source)):
         keep = np.flatnonzero(times > k)
-        if k and not len(keep):
-            break
         tokens = [batch.tokens[i] for i in keep.tolist()]
         if k == 0:
             whole = len(keep) == len(times)

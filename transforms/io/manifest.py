@@ -188,7 +188,7 @@ def build_summary(outputs: tuple, params: list, stats: list, rest: Stats, sectio
 
 def _finalize_split(shards: list, stats_by_part: list, rest: Stats, dead_letters: int, output_dir: str,
                     outputs: tuple, output_dirs: tuple, sections: tuple, extras: tuple, ids: dict, features: tuple,
-                    summary_sections: dict, summary_extra: dict) -> dict:
+                    summary_sections: dict, summary_extra: dict, mixture: Optional[list] = None) -> dict:
     stats = dict(stats_by_part)
     params, part_stats = [], []
     for k in range(len(outputs)):
@@ -197,6 +197,8 @@ def _finalize_split(shards: list, stats_by_part: list, rest: Stats, dead_letters
         params.append(_finalize(mine, part_stats[-1], None, output_dirs[k], sections[k], ids, extras[k], features))
     summary = build_summary(outputs, params, part_stats, rest, summary_sections, dead_letters=dead_letters,
                             extra=summary_extra)
+    if mixture:  # the plan is the job's: what each source gave, over every output (each has its own counters)
+        summary["mixture"] = mixture_section(mixture[0], merge([rest, *part_stats]))
     fs.write_text_atomic(fs.join(output_dir, PARAMS_FILE), json.dumps(summary, indent=4, sort_keys=True) + "\n")
     fs.remove_tree(fs.join(output_dir, fs.TMP_DIR))
     return summary
@@ -212,8 +214,10 @@ class WriteSplitParams(beam.PTransform):
 
     def __init__(self, *, output_dir: str, outputs: tuple, output_dirs: tuple, sections: tuple, extras: tuple,
                  eos_id: int, pad_id: int, vocab_size: int, features: tuple, stats, rest_stats, dead_letters,
-                 summary_sections: dict, summary_extra: dict):
+                 summary_sections: dict, summary_extra: dict, mixture=None):
+        """mixture: a PCollection of the mixture plan's summary (SelectMixture), or None."""
         super().__init__()
+        self._mixture = mixture
         self._args = (output_dir, outputs, output_dirs, sections, extras,
                       {"eos_id": eos_id, "pad_id": pad_id, "vocab_size": vocab_size}, tuple(features),
                       summary_sections, summary_extra)
@@ -227,5 +231,6 @@ class WriteSplitParams(beam.PTransform):
             | "AllShards" >> beam.combiners.ToList()
             | "WriteParams" >> beam.Map(
                 _finalize_split, beam.pvalue.AsList(self._stats), beam.pvalue.AsSingleton(self._rest_stats),
-                beam.pvalue.AsSingleton(self._dead_letters), *self._args)
+                beam.pvalue.AsSingleton(self._dead_letters), *self._args,
+                beam.pvalue.AsList(self._mixture) if self._mixture is not None else None)
         )

@@ -304,7 +304,7 @@ def _parse_components(components: Components) -> list[tuple[str, str, float]]:
                 path, weight = value
             else:
                 raise ValueError(f"mixture component {value!r}: expected (out_dir, weight)")
-            items.append((str(os.fspath(path)), path, weight))
+            items.append((os.fspath(path) if isinstance(path, (str, os.PathLike)) else repr(path), path, weight))
     else:
         raise ValueError(f"a mixture is {{name: (out_dir, weight)}} or [(out_dir, weight), ...], got {components!r}")
     if not items:

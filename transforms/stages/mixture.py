@@ -12,13 +12,16 @@ tokenized once. transforms.core.mixture holds the logic.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import apache_beam as beam
 import numpy as np
 
-from transforms.core.mixture import (Histogram, MixtureSpec, batch_hashes, bucket_of, coarse_plan, refine_plan,
-                                     select_batch)
+from transforms.core.mixture import (Histogram, MixturePlan, MixtureSpec, batch_hashes, bucket_of, coarse_plan,
+                                     refine_plan, select_batch)
 from transforms.core.records import MixtureBatch, TokenBatch
 from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
+from transforms.io.intermediate import KeepMixturePlan
 
 __all__ = ["SelectMixture"]
 
@@ -73,21 +76,32 @@ class SelectMixture(beam.PTransform):
     group takes a file index past them).
     """
 
-    def __init__(self, spec: MixtureSpec, source_of_file: tuple, n_files: int):
+    def __init__(self, spec: MixtureSpec, source_of_file: tuple, n_files: int, *, keep_plan: Optional[str] = None,
+                 plan: Optional[MixturePlan] = None):
+        """keep_plan: where the plan is written before any document is selected by it (a resumable job);
+        plan: the plan an interrupted run kept, used instead of counting again (its stored groups are not read).
+        """
         super().__init__()
         self._spec = spec
         self._source_of_file = tuple(source_of_file)
         self._n_files = n_files
+        self._keep_plan = keep_plan
+        self._plan = plan
 
     def expand(self, batches):
         spec = self._spec
         hashed = batches | "Hash" >> beam.Map(_hash, self._source_of_file, spec.seed).with_output_types(MixtureBatch)
-        hist = hashed | "Histogram" >> beam.CombineGlobally(_HistogramFn(len(spec.sources)))
-        coarse = hist | "CoarsePlan" >> beam.Map(coarse_plan_for, spec)
-        boundary = (hashed
-                    | "BoundaryDocuments" >> beam.FlatMap(_boundary, beam.pvalue.AsSingleton(coarse))
-                    | "AllBoundary" >> beam.combiners.ToList())
-        plan = coarse | "RefinePlan" >> beam.Map(refine_plan, beam.pvalue.AsSingleton(boundary))
+        if self._plan is not None:
+            plan = batches.pipeline | "KeptPlan" >> beam.Create([self._plan])
+        else:
+            hist = hashed | "Histogram" >> beam.CombineGlobally(_HistogramFn(len(spec.sources)))
+            coarse = hist | "CoarsePlan" >> beam.Map(coarse_plan_for, spec)
+            boundary = (hashed
+                        | "BoundaryDocuments" >> beam.FlatMap(_boundary, beam.pvalue.AsSingleton(coarse))
+                        | "AllBoundary" >> beam.combiners.ToList())
+            plan = coarse | "RefinePlan" >> beam.Map(refine_plan, beam.pvalue.AsSingleton(boundary))
+            if self._keep_plan:
+                plan = plan | "KeepPlan" >> KeepMixturePlan(self._keep_plan)
         selected = hashed | "Select" >> beam.FlatMap(
             _select, beam.pvalue.AsSingleton(plan), self._n_files).with_output_types(TokenBatch)
         return selected, plan | "Summary" >> beam.Map(lambda p: p.summary())
