@@ -636,7 +636,8 @@ def _select_mixture(plan: JobPlan) -> SelectMixture:
     """The mixture's stage: its plan kept beside the stored groups (a resumable job), or the kept one used."""
     keep = fs.join(plan.output_dir, fs.TMP_DIR, MIXTURE_PLAN) if plan.storage_dir else None
     return SelectMixture(plan.mixture, plan.mixture_sources, len(plan.files), keep_plan=keep,
-                         plan=plan.mixture_plan)
+                         plan=plan.mixture_plan,
+                         storage_dir=fs.join(plan.storage_dir, "mixture") if plan.storage_dir else None)
 
 
 def _record_check(plan: JobPlan):

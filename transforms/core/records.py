@@ -290,10 +290,11 @@ class MixtureBatch:
     """A TokenBatch of a mixture's source, with each document's keyed hash and token count
     (transforms.core.mixture): computed once, read by the plan's two passes and the selection."""
 
-    batch: TokenBatch
+    batch: TokenBatch  # its tokens, or (`stored`) only its group and statistics
     source: int  # the mixture source's index
     hashes: np.ndarray  # uint64 per document
     counts: np.ndarray  # int64 per document: its tokens, every key's
+    stored: Optional[object] = None  # where its tokens wait for the plan (transforms.io.spill.spill_tokens)
 
 
 @dataclasses.dataclass

@@ -37,7 +37,7 @@ from transforms.core.stats import Stats
 from transforms.io import fs
 from transforms.io.fs import unique_temp_name
 
-__all__ = ["SpillRef", "spill_group", "load_spilled", "read_spilled", "find_spilled"]
+__all__ = ["SpillRef", "spill_group", "load_spilled", "read_spilled", "find_spilled", "spill_tokens", "load_tokens"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,3 +144,44 @@ def find_spilled(directory: str, group: GroupId) -> Optional[tuple[SpillRef, int
         return None
     stats = Stats(Counter(meta["stats"]["totals"]), {k: Counter(v) for k, v in meta["stats"]["sources"].items()})
     return ref, int(meta["rows"]), stats
+
+
+# A mixture's tokenized groups wait for its plan (transforms.stages.mixture): on disk, not in the runner's memory.
+_TOKENS = ".tokens.npz"
+
+
+def spill_tokens(directory: str, batch) -> SpillRef:
+    """A TokenBatch's ids, key by key as one flat int32 array and each document's length, under the group's key
+    (with a `tokens` suffix: a group's rows may be stored beside it). Its statistics travel with the reference."""
+    fs.makedirs(directory)
+    ref = SpillRef(directory, _key(batch.group) + ".t")
+    keys = len(batch.tokens[0]) if batch.tokens else 0
+    arrays = {}
+    for k in range(keys):
+        column = [doc[k] for doc in batch.tokens]
+        arrays[f"flat{k}"] = batch.flat if k == 0 and batch.flat is not None else (
+            np.concatenate(column).astype(np.int32, copy=False) if column else np.zeros(0, np.int32))
+        arrays[f"lengths{k}"] = np.fromiter((len(a) for a in column), dtype=np.int64, count=len(column))
+
+    def write(f):
+        np.savez(f, keys=np.int64(keys), docs=np.int64(len(batch.tokens)), **arrays)
+
+    _put(ref.path(_TOKENS), write)
+    return ref
+
+
+def load_tokens(ref: SpillRef, group: GroupId, stats: Stats):
+    """The TokenBatch `spill_tokens` stored (its documents' arrays are views into one flat array per key). The file
+    stays until the job's temporary directory goes: a retried bundle reads it again."""
+    from transforms.core.records import TokenBatch
+
+    data = np.load(io.BytesIO(fs.read_bytes(ref.path(_TOKENS))))
+    keys, n = int(data["keys"]), int(data["docs"])
+    columns, flat0 = [], None
+    for k in range(keys):
+        flat = data[f"flat{k}"]
+        flat0 = flat if k == 0 else flat0
+        ends = np.cumsum(data[f"lengths{k}"]).tolist()
+        columns.append([flat[a:b] for a, b in zip([0] + ends[:-1], ends)])
+    tokens = list(zip(*columns)) if keys else [() for _ in range(n)]
+    return TokenBatch(group, tokens, stats, flat=flat0)

@@ -6,8 +6,10 @@
                                      └─► Select (side input: the plan) ─► TokenBatch per group and copy
 
 The plan needs every document's hash and tokens before any is selected, so
-the tokenized groups wait for it (a runner materializes them); each is
-tokenized once. transforms.core.mixture holds the logic.
+the tokenized groups wait for it: on disk beside the stored groups when the
+job has a storage directory (only the hashes, counts and a reference cross
+the barrier), else in the runner. Each is tokenized once.
+transforms.core.mixture holds the logic.
 """
 
 from __future__ import annotations
@@ -22,13 +24,19 @@ from transforms.core.mixture import (Histogram, MixturePlan, MixtureSpec, batch_
 from transforms.core.records import MixtureBatch, TokenBatch
 from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 from transforms.io.intermediate import KeepMixturePlan
+from transforms.io.spill import load_tokens, spill_tokens
 
 __all__ = ["SelectMixture"]
 
 
-def _hash(batch: TokenBatch, source_of_file: tuple, seed: int) -> MixtureBatch:
+def _hash(batch: TokenBatch, source_of_file: tuple, seed: int, directory: Optional[str]) -> MixtureBatch:
     hashes, counts = batch_hashes(batch.tokens, seed)
-    return MixtureBatch(batch, source_of_file[batch.group.file_index], hashes, counts)
+    source = source_of_file[batch.group.file_index]
+    if directory is None:
+        return MixtureBatch(batch, source, hashes, counts)
+    # The tokens wait for the plan on disk; what crosses the barrier is the hashes, counts and a reference.
+    ref = spill_tokens(directory, batch)
+    return MixtureBatch(TokenBatch(batch.group, [], batch.stats), source, hashes, counts, stored=ref)
 
 
 class _HistogramFn(beam.CombineFn):
@@ -66,7 +74,8 @@ def _boundary(m: MixtureBatch, coarse):
 
 
 def _select(m: MixtureBatch, plan, n_files: int):
-    yield from select_batch(m.batch, plan, m.source, n_files, m.hashes, m.counts)
+    batch = m.batch if m.stored is None else load_tokens(m.stored, m.batch.group, m.batch.stats)
+    yield from select_batch(batch, plan, m.source, n_files, m.hashes, m.counts)
 
 
 class SelectMixture(beam.PTransform):
@@ -77,11 +86,13 @@ class SelectMixture(beam.PTransform):
     """
 
     def __init__(self, spec: MixtureSpec, source_of_file: tuple, n_files: int, *, keep_plan: Optional[str] = None,
-                 plan: Optional[MixturePlan] = None):
+                 plan: Optional[MixturePlan] = None, storage_dir: Optional[str] = None):
         """keep_plan: where the plan is written before any document is selected by it (a resumable job);
-        plan: the plan an interrupted run kept, used instead of counting again (its stored groups are not read).
+        plan: the plan an interrupted run kept, used instead of counting again (its stored groups are not read);
+        storage_dir: where the tokenized groups wait for the plan (None: in the runner, in memory locally).
         """
         super().__init__()
+        self._storage_dir = storage_dir
         self._spec = spec
         self._source_of_file = tuple(source_of_file)
         self._n_files = n_files
@@ -90,7 +101,8 @@ class SelectMixture(beam.PTransform):
 
     def expand(self, batches):
         spec = self._spec
-        hashed = batches | "Hash" >> beam.Map(_hash, self._source_of_file, spec.seed).with_output_types(MixtureBatch)
+        hashed = batches | "Hash" >> beam.Map(_hash, self._source_of_file, spec.seed,
+                                              self._storage_dir).with_output_types(MixtureBatch)
         if self._plan is not None:
             plan = batches.pipeline | "KeptPlan" >> beam.Create([self._plan])
         else:
