@@ -70,7 +70,7 @@ clean:
 BENCH_ML_CORPUS ?= ../shared/corpora/bench/multilingual_natural.jsonl.zst
 bench: install
 	$(PY) benchmarks/bench.py $(BENCH_ARGS)
-	$(PY) benchmarks/bench.py --corpus $(BENCH_ML_CORPUS) --configs ftfy_off,ftfy_on,qwen_off,qwen_on $(BENCH_ML_ARGS)
+	$(PY) benchmarks/bench.py --corpus $(BENCH_ML_CORPUS) --configs ftfy_off,ftfy_on,qwen_off,qwen_on,mixture $(BENCH_ML_ARGS)
 	$(PY) benchmarks/vsl_packing.py
 	$(MAKE) --no-print-directory bench-ftfy
 	$(MAKE) --no-print-directory bench-estimate

@@ -35,7 +35,7 @@ per round on `tokenizers`).
     python benchmarks/bench.py [--corpus PATH.jsonl.zst|.jsonl] [--limit-bytes N] [--msl 2048]
                                [--configs ftfy_off,ftfy_on,shuffle,vsl,splits,neox] [--repeat 3] [--large-gb 1]
     python benchmarks/bench.py --corpus ../shared/corpora/bench/multilingual_natural.jsonl.zst \
-                               --configs ftfy_off,ftfy_on,qwen_off,qwen_on
+                               --configs ftfy_off,ftfy_on,qwen_off,qwen_on,mixture
 """
 
 from __future__ import annotations
@@ -76,11 +76,14 @@ CONFIGS = {
     # ftfy_off and ftfy_on with Qwen2.5's tokenizer (multilingual: the multilingual corpus's other baseline).
     "qwen_off": [],
     "qwen_on": ["--use_ftfy", "True"],
+    # ftfy_off's input as a one-source mixture taking all of it (the same rows): what the mixture's plan costs.
+    "mixture": [],
 }
+MIXTURE_CONFIGS = ("mixture",)  # read through --mixture instead of --input_dir
 MODES = ("LMData", "LMData_VSL", "Chat")  # a configuration may start with the mode it runs (default LMData)
 QWEN = ROOT.parent / "shared" / "tokenizers" / "qwen2.5-instruct"
 CHAT_CONFIGS = {"chat": "chat", "lm_qwen": "chat_text"}  # configuration -> its input (from prepare_chat)
-BASELINES = {"vsl": "ftfy_off", "chat": "lm_qwen", "splits": "ftfy_off"}  # throughput against this one's
+BASELINES = {"vsl": "ftfy_off", "chat": "lm_qwen", "splits": "ftfy_off", "mixture": "ftfy_off"}  # throughput against this one's
 # Each tokenizer once, as the command's flags; the limits read the same files (read_tokenizer_files takes the
 # flags' names), so a configuration and its limits cannot be on different tokenizers.
 TOKENIZERS = {
@@ -284,7 +287,9 @@ def run_config(name: str, input_dir: Path, work: Path, msl: int) -> dict:
     tokenizer = tokenizer_args(TOKENIZER_OF.get(name, "GPT-2"))
     if name in CHAT_CONFIGS:
         input_dir = work / CHAT_CONFIGS[name]
-    args = [mode, "--input_dir", str(input_dir), "--output_dir", str(out), *tokenizer,
+    source = ["--input_dir", str(input_dir)] if name not in MIXTURE_CONFIGS else \
+        ["--mixture", json.dumps([{"source": str(input_dir), "name": "all", "weight": 1}])]
+    args = [mode, *source, "--output_dir", str(out), *tokenizer,
             "--max_seq_length", str(msl), "--display_pbar", "False", *extra]
     # The command as a user runs it (its own exit path included), started by a small launcher process that
     # times it and takes its peak RSS from wait4. Not started from here: Linux carries a process's peak RSS
