@@ -122,11 +122,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Iterator, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
-from transforms.core.sampler import MAX_ROWS, ROUNDS, _feistel, permute
+from transforms.core.sampler import MAX_ROWS, ROUNDS, RankIterator, _feistel, check_int, permute
 
 __all__ = ["MixtureSampler", "sample_shares", "BLOCK", "COVER_SHARE", "STATE_VERSION"]
 
@@ -137,7 +137,6 @@ _BLOCK_BITS = 6
 BLOCK = 1 << _BLOCK_BITS  # a power of two: a full block's Feistel domain is exactly its slots, no cycle-walking
 _SCALE_BITS = 31  # shares in units of 2**-31: k * A_L stays below 2**62 in the tree's uint64 arithmetic
 _SCALE = 1 << _SCALE_BITS
-_BATCH = 16384
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -145,12 +144,6 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 # The fields a state must match before it can be loaded: they fix the order and this rank's share of it.
 _SETTINGS = ("sizes", "weights", "by", "tokens_per_row", "num_samples", "seed", "rank", "world_size", "drop_last")
-
-
-def _check_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an int, got {value!r}")
-    return int(value)
 
 
 def _check_numbers(name: str, values: object) -> tuple[float, ...]:
@@ -295,7 +288,7 @@ class _Tree:
         return -node - 1, t
 
 
-class MixtureSampler:
+class MixtureSampler(RankIterator):
     """Indices into a concatenation of weighted components, for one rank; resumable anywhere (module docstring).
 
     `sizes`: each component's rows, in concatenation order; `weights`: its
@@ -310,7 +303,7 @@ class MixtureSampler:
                  rank: int = 0, world_size: int = 1, drop_last: bool = True) -> None:
         if isinstance(sizes, (str, bytes)) or not isinstance(sizes, (Sequence, np.ndarray)):
             raise ValueError(f"sizes must be a sequence of ints, got {sizes!r}")
-        sizes = tuple(_check_int(f"sizes[{c}]", n) for c, n in enumerate(sizes))
+        sizes = tuple(check_int(f"sizes[{c}]", n) for c, n in enumerate(sizes))
         weights = _check_numbers("weights", weights)
         if by not in BY:
             raise ValueError(f"by must be 'samples' or 'tokens', got {by!r}")
@@ -329,13 +322,13 @@ class MixtureSampler:
                 raise ValueError(f"component {c} has weight {weights[c]} but no rows")
         if sum(sizes) >= MAX_ROWS:
             raise ValueError(f"the components hold {sum(sizes)} rows; at most 2**63 - 1 can be indexed")
-        seed, rank, world_size = _check_int("seed", seed), _check_int("rank", rank), _check_int("world_size", world_size)
+        seed, rank, world_size = check_int("seed", seed), check_int("rank", rank), check_int("world_size", world_size)
         if world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {world_size}")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
         if num_samples is not None:
-            num_samples = _check_int("num_samples", num_samples)
+            num_samples = check_int("num_samples", num_samples)
             if not 0 <= num_samples < MAX_ROWS:
                 raise ValueError(f"num_samples must be in [0, 2**63 - 1], got {num_samples}")
         self.sizes, self.weights, self.by, self.tokens_per_row = sizes, weights, by, tokens_per_row
@@ -392,7 +385,7 @@ class MixtureSampler:
 
     def set_epoch(self, epoch: int) -> None:
         """Move to `epoch` from its start; the current epoch keeps its position (see the resume rule)."""
-        epoch = _check_int("epoch", epoch)
+        epoch = check_int("epoch", epoch)
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         if epoch != self.epoch:
@@ -451,14 +444,14 @@ class MixtureSampler:
 
     def index_at(self, position: int) -> int:
         """The index at `position` of this epoch's order, shared by all ranks (rank r's k-th is at r + k * world_size)."""
-        position = _check_int("position", position)
+        position = check_int("position", position)
         if not 0 <= position < self.epoch_length:
             raise ValueError(f"position must be in [0, {self.epoch_length}), got {position}")
         return int(self._indices(np.array([position], dtype=np.uint64))[0])
 
     def component_at(self, position: int) -> int:
         """The component drawn at `position` of this epoch's order."""
-        position = _check_int("position", position)
+        position = check_int("position", position)
         if not 0 <= position < self.epoch_length:
             raise ValueError(f"position must be in [0, {self.epoch_length}), got {position}")
         comps, _ = self._tree.locate(self._slots(np.array([position], dtype=np.uint64)))
@@ -466,7 +459,7 @@ class MixtureSampler:
 
     def draws_before(self, position: int) -> tuple[int, ...]:
         """Each component's draws among this epoch's positions [0, position): exact, in O(BLOCK) work."""
-        position = _check_int("position", position)
+        position = check_int("position", position)
         if not 0 <= position <= self.epoch_length:
             raise ValueError(f"position must be in [0, {self.epoch_length}], got {position}")
         start = position - position % BLOCK
@@ -478,22 +471,6 @@ class MixtureSampler:
         return tuple(counts)
 
     # ------------------------------------------------------------ iteration and state
-
-    def __iter__(self) -> Iterator[int]:
-        # The start is fixed here, when iter() is called, not at the first next() of a lazy generator.
-        if self.taken >= self._count and not self._loaded:
-            self.taken = 0
-        self._loaded = False
-        return self._generate(self.taken)
-
-    def _generate(self, start: int) -> Iterator[int]:
-        step, first = np.uint64(self.world_size), np.uint64(self.rank)
-        for begin in range(start, self._count, _BATCH):
-            ks = np.arange(begin, min(begin + _BATCH, self._count), dtype=np.uint64)
-            for index in self._indices(ks * step + first).tolist():
-                # Counted before the yield: once the caller holds an index, state_dict() includes it.
-                self.taken += 1
-                yield index
 
     def _settings(self) -> dict:
         return {"sizes": list(self.sizes), "weights": list(self.weights), "by": self.by,
@@ -519,7 +496,7 @@ class MixtureSampler:
             # type() too: JSON keeps bools and ints apart, and True == 1 must not pass for drop_last=1.
             if theirs != mine or type(theirs) is not type(mine):
                 raise ValueError(f"sampler state has {field}={state[field]!r}, this sampler has {field}={mine!r}")
-        epoch, taken = _check_int("epoch", state["epoch"]), _check_int("taken", state["taken"])
+        epoch, taken = check_int("epoch", state["epoch"]), check_int("taken", state["taken"])
         if epoch < 0:
             raise ValueError(f"sampler state has epoch={epoch}, must be >= 0")
         if not 0 <= taken <= self._count:

@@ -164,19 +164,44 @@ def permute(positions: np.ndarray | Sequence[int] | int, num_rows: int, keys: Se
     return x
 
 
-def _check_int(name: str, value: object) -> int:
+def check_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"{name} must be an int, got {value!r}")
     return int(value)
 
 
-class ResumableSampler:
+class RankIterator:
+    """What a resumable sampler's iteration is, whatever its order: rank r's k-th index is the one at position
+    r + k * world_size of the epoch's order (`_indices`, for an array of positions), counted in `taken` so that a
+    state saved at any step resumes there. Subclasses set rank, world_size, taken, _count and _loaded."""
+
+    def __iter__(self) -> Iterator[int]:
+        # The start is fixed here, when iter() is called, not at the first next() of a lazy generator.
+        if self.taken >= self._count and not self._loaded:
+            self.taken = 0
+        self._loaded = False
+        return self._generate(self.taken)
+
+    def _generate(self, start: int) -> Iterator[int]:
+        step, first = np.uint64(self.world_size), np.uint64(self.rank)
+        for begin in range(start, self._count, _BATCH):
+            ks = np.arange(begin, min(begin + _BATCH, self._count), dtype=np.uint64)
+            for index in self._indices(ks * step + first).tolist():
+                # Counted before the yield: once the caller holds an index, state_dict() includes it.
+                self.taken += 1
+                yield index
+
+    def _indices(self, positions: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+class ResumableSampler(RankIterator):
     """Row indices for one rank, deterministic per (seed, epoch) and resumable at any step (module docstring)."""
 
     def __init__(self, num_rows: int, *, seed: int = 0, shuffle: bool = True, rank: int = 0, world_size: int = 1,
                  drop_last: bool = True) -> None:
-        num_rows, seed = _check_int("num_rows", num_rows), _check_int("seed", seed)
-        rank, world_size = _check_int("rank", rank), _check_int("world_size", world_size)
+        num_rows, seed = check_int("num_rows", num_rows), check_int("seed", seed)
+        rank, world_size = check_int("rank", rank), check_int("world_size", world_size)
         if not 0 <= num_rows < MAX_ROWS:  # len() must fit a Py_ssize_t
             raise ValueError(f"num_rows must be in [0, 2**63 - 1], got {num_rows}")
         if world_size < 1:
@@ -200,7 +225,7 @@ class ResumableSampler:
 
     def set_epoch(self, epoch: int) -> None:
         """Move to `epoch` from its start; the current epoch keeps its position (see the resume rule)."""
-        epoch = _check_int("epoch", epoch)
+        epoch = check_int("epoch", epoch)
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         if epoch != self.epoch:
@@ -211,26 +236,10 @@ class ResumableSampler:
         """The row at `position` of this epoch's order, shared by all ranks (rank r's k-th is at r + k * world_size)."""
         if not 0 <= position < self.num_rows:
             raise ValueError(f"position must be in [0, {self.num_rows}), got {position}")
-        return int(self._rows(np.array([position], dtype=np.uint64))[0])
+        return int(self._indices(np.array([position], dtype=np.uint64))[0])
 
-    def _rows(self, positions: np.ndarray) -> np.ndarray:
+    def _indices(self, positions: np.ndarray) -> np.ndarray:
         return permute(positions, self.num_rows, self._keys) if self.shuffle else positions
-
-    def __iter__(self) -> Iterator[int]:
-        # The start is fixed here, when iter() is called, not at the first next() of a lazy generator.
-        if self.taken >= self._count and not self._loaded:
-            self.taken = 0
-        self._loaded = False
-        return self._generate(self.taken)
-
-    def _generate(self, start: int) -> Iterator[int]:
-        step, first = np.uint64(self.world_size), np.uint64(self.rank)
-        for begin in range(start, self._count, _BATCH):
-            ks = np.arange(begin, min(begin + _BATCH, self._count), dtype=np.uint64)
-            for row in self._rows(ks * step + first).tolist():
-                # Counted before the yield: once the caller holds an index, state_dict() includes it.
-                self.taken += 1
-                yield row
 
     def state_dict(self) -> dict:
         """Everything a fresh sampler needs to continue exactly here: plain ints and bools, JSON-serialisable."""
@@ -250,7 +259,7 @@ class ResumableSampler:
             # type() too: JSON keeps bools and ints apart, and True == 1 must not pass for shuffle=1.
             if theirs != mine or type(theirs) is not type(mine):
                 raise ValueError(f"sampler state has {field}={theirs!r}, this sampler has {field}={mine!r}")
-        epoch, taken = _check_int("epoch", state["epoch"]), _check_int("taken", state["taken"])
+        epoch, taken = check_int("epoch", state["epoch"]), check_int("taken", state["taken"])
         if epoch < 0:
             raise ValueError(f"sampler state has epoch={epoch}, must be >= 0")
         if not 0 <= taken <= self._count:

@@ -93,6 +93,17 @@ def inflate(data: bytes, size: int) -> bytes:
     return out
 
 
+def _locate(starts: list, index, what: str) -> tuple[int, int]:
+    """(part k, row within it) of row `index` of parts whose first rows are `starts` (its last: the length)."""
+    i, n = int(index), starts[-1]
+    if i < 0:
+        i += n
+    if not 0 <= i < n:
+        raise IndexError(f"row {index} of {what} of {n} rows")
+    k = bisect.bisect_right(starts, i) - 1
+    return k, i - starts[k]
+
+
 class _FileRows:
     """One .h5 file of a dataset, opened in this process: row j by its chunk, or through h5py."""
 
@@ -209,14 +220,7 @@ class H5MapDataset:
 
     def locate(self, index) -> tuple[int, int]:
         """(file number in `files`, row within that file) of row `index` (negative counts from the end)."""
-        i = int(index)
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"row {index} of a dataset of {n} rows")
-        k = bisect.bisect_right(self._starts, i) - 1
-        return k, i - self._starts[k]
+        return _locate(self._starts, index, "a dataset")
 
     def to_hf(self, row: dict, *, keep_last_target: bool = False) -> dict:
         """A row of this dataset in Hugging Face's causal-LM convention (see `to_hf_causal_lm`), read as `verify`
@@ -404,14 +408,7 @@ class H5MixtureDataset:
 
     def locate(self, index) -> tuple[int, int]:
         """(component number in `names`, row within that component) of row `index` (negative counts from the end)."""
-        i = int(index)
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"row {index} of a mixture of {n} rows")
-        k = bisect.bisect_right(self._starts, i) - 1
-        return k, i - self._starts[k]
+        return _locate(self._starts, index, "a mixture")
 
     def to_hf(self, row: dict, *, component: Optional[int] = None, keep_last_target: bool = False) -> dict:
         """A row in Hugging Face's causal-LM convention, read as its component's `H5MapDataset.to_hf` reads it.
