@@ -37,3 +37,23 @@ def drop_apitools_notice() -> None:
     root = logging.getLogger()
     if not any(isinstance(f, _ApitoolsNoticeFilter) for f in root.filters):
         root.addFilter(_ApitoolsNoticeFilter())
+
+
+class _SaidAgainFilter(logging.Filter):
+    """Drops Beam's log of an error the command says itself, cleanly, as it ends (a mixture no source can fill)."""
+
+    def __init__(self, types: tuple):
+        super().__init__()
+        self._types = types
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, self._types)
+
+
+def drop_errors_said_again(*types: type) -> None:
+    """Beam's DoFn runner logs an exception with its traceback before re-raising it; for these types the command
+    prints the one line that says what to change (pipelines.create_hdf5_dataset.run), so the log is dropped."""
+    logger = logging.getLogger("apache_beam.runners.common")
+    if not any(isinstance(f, _SaidAgainFilter) for f in logger.filters):
+        logger.addFilter(_SaidAgainFilter(types))

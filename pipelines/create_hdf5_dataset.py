@@ -30,6 +30,7 @@ import fsspec
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines import process
+from pipelines.beam_notices import drop_errors_said_again
 from pipelines.config import (CHAT_MODES, DPO, FIM, LMDATA, SUMMARIZATION, SUMMARIZATION_MODES,
                               SUMMARIZATION_VSL, TOOLS, VSL_MODES, Config, ConfigError, job_max_seq_lengths,
                               load_config)
@@ -967,6 +968,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
         return tools_main(argv)
     process.configure_logging()
+    drop_errors_said_again(MixtureError)
     try:
         config, beam_args = load_config(argv)
         for notice in config.notices:

@@ -34,10 +34,9 @@ import numpy as np
 
 from pipelines.config import CHAT_MODES, Config, ConfigError, SUMMARIZATION_MODES, FIM, load_config
 from transforms.core.estimate import Interval, Stratum, by_bytes, by_poisson, combine, scaled
-from transforms.core.mixture import parse_mixture, targets
+from transforms.core.mixture import targets
 from transforms.core.normalize import normalized_document
-from transforms.core.records import BadRecord, Document
-from transforms.io import fs
+from transforms.core.records import Document
 from transforms.io.readers import file_size, read_records
 from transforms.io.sample import by_byte, coin_records, draw_lines
 
@@ -146,106 +145,115 @@ def _json_line(keys: tuple, doc: Document) -> bytes:
     return json.dumps({str(k): v for k, v in zip(keys, doc.values)}, ensure_ascii=False).encode("utf-8")
 
 
-def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job: bool = True) -> Estimate:
+def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job: bool = True,
+             startup: float = 0.0) -> Estimate:
     """The estimate; `job=False` stops after the documents and tokens (what a calibration needs), the fields
-    that follow from the job on the sample left None."""
+    that follow from the job on the sample left None. `startup`: the seconds this process took to start (the
+    command passes its own: a job pays as much), added to the predicted time."""
     from pipelines.create_hdf5_dataset import UserError, plan_job
 
     started = time.perf_counter()
-    startup = _process_age()
     if config.mode in CHAT_MODES:
         raise UserError(f"estimate: the text modes for now, not {config.mode}")
     plan = plan_job(config)
     sizes = [f.size if f.size is not None else file_size(f.path) for f in plan.files]
     if any(s is None for s in sizes):
         raise UserError("estimate: the size of every input file is needed (a listing that gives none)")
-    total_bytes = sum(sizes)
-    fraction = parse_sample(sample, total_bytes)
+    fraction = parse_sample(sample, sum(sizes))
     sources = plan.mixture_sources or (0,) * len(plan.files)
     n_sources = len(plan.mixture.sources) if plan.mixture else 1
     strata: dict = {name: [[] for _ in range(n_sources)] for name in ("documents", "tokens")}
     notes = []
-    sample_tokens = 0  # what the job on the sample will tokenize: every drawn document, as often as drawn
+    sample_tokens = 0  # what the job on the sample tokenizes
     cpu_started = time.process_time()
     with tempfile.TemporaryDirectory(prefix="create_hdf5_dataset_estimate_") as work:
         sample_dir = os.path.join(work, "in")
         for f, size, source in zip(plan.files, sizes, sources):
-            target = os.path.join(sample_dir, f.relpath if by_byte(f.path, plan.txt_lines) else f.relpath + ".jsonl")
-            os.makedirs(os.path.dirname(target), exist_ok=True)
             if by_byte(f.path, plan.txt_lines):
-                draws = draw_lines(f.path, size, math.ceil(fraction * size), seed, f.relpath)
-                drawn = os.path.join(work, "drawn", f.relpath)
-                os.makedirs(os.path.dirname(drawn), exist_ok=True)
-                with open(drawn, "wb") as out:
-                    out.writelines(line + b"\n" for line in draws.lines)
-                records = list(read_records(drawn, plan.keys, plan.max_record_bytes, txt_lines=plan.txt_lines))
-                if len(records) != len(draws.lines):
-                    raise RuntimeError(f"estimate: {len(draws.lines)} lines drawn from {f.path}, "
-                                       f"{len(records)} records read back")
-                docs = [r for r in records if isinstance(r, Document)]
-                tokens = iter(_doc_tokens(plan, docs))
-                per_line = [(1, next(tokens)) if isinstance(r, Document) else (0, 0) for r in records]
-                # The job on the sample gets the first draws up to the file's share of the budget (a file
-                # smaller than its minimum of draws would otherwise weigh more than its bytes in the ratios).
-                share = int(np.searchsorted(np.cumsum(draws.lengths), fraction * size)) + 1
-                with open(target, "wb") as out:
-                    out.writelines(line + b"\n" for line in draws.lines[:share])
-                sample_tokens += sum(t for _, t in per_line[:share])
-                strata["tokens"][source].append(by_bytes(size, draws.lengths, [x[1] for x in per_line]))
-                # Records: the density of line ends in windows at the drawn offsets (a line drawn by its bytes
-                # says little about the short ones), times the share of drawn lines that are documents.
-                good = sum(x[0] for x in per_line) / len(per_line) if per_line else 0.0
-                strata["documents"][source].append(by_bytes(size, draws.window_bytes,
-                                                            [n * good for n in draws.window_ends]))
+                drawn = _by_byte(plan, f, size, fraction, seed, work, os.path.join(sample_dir, f.relpath))
             else:
-                kept, probabilities, n_docs, chars = [], [], 0, 0
-                with open(target, "wb") as out:
-                    for p, record in coin_records(f.path, plan.keys, fraction, seed, f.relpath,
-                                                  max_record_bytes=plan.max_record_bytes, txt_lines=plan.txt_lines):
-                        if isinstance(record, Document):  # read whole anyway: counted exactly
-                            n_docs += 1
-                            chars += sum(map(len, record.values))
-                        if p:
-                            kept.append(record)
-                            probabilities.append(p)
-                            out.write(_json_line(plan.keys, record) + b"\n")
-                tokens = _doc_tokens(plan, kept)
-                sample_tokens += sum(tokens)
-                strata["documents"][source].append(Stratum(float(n_docs), 0.0, math.inf))
-                strata["tokens"][source].append(by_poisson(tokens, probabilities,
-                                                           [sum(map(len, d.values)) for d in kept], chars))
+                drawn = _by_coin(plan, f, fraction, seed, os.path.join(sample_dir, f.relpath + ".jsonl"))
                 if fraction < 1:
                     notes.append(f"{f.relpath}: read whole (no random access in a {os.path.splitext(f.path)[1]} "
                                  "file), its records kept by a coin")
+            documents, tokens, in_job = drawn
+            strata["documents"][source].append(documents)
+            strata["tokens"][source].append(tokens)
+            sample_tokens += in_job
         sampled_cpu = time.process_time() - cpu_started
         documents = combine(s for per in strata["documents"] for s in per)
         tokens = combine(s for per in strata["tokens"] for s in per)
         if not job:
             return Estimate(fraction, documents, tokens, None, None, (), None, 0.0, None, {}, None,
                             time.perf_counter() - started + startup, startup, tuple(notes))
-        job_params, job_seconds, job_cpu, disk = _sample_job(config, sample_dir, os.path.join(work, "out"))
+        job_params, job_cpu, disk = _sample_job(config, sample_dir, os.path.join(work, "out"))
     post = job_params["post-process"]
-    ratio = (lambda x: x / sample_tokens if sample_tokens else 0.0)
-    loss_valid = scaled(tokens, ratio(post["loss_valid_tokens"]))
-    rows = scaled(tokens, ratio(post["n_examples"]))
+
+    def per_token(x: float) -> float:
+        return x / sample_tokens if sample_tokens else 0.0
+
+    rows = scaled(tokens, per_token(post["n_examples"]))
     files_per = config.files_per_record if config.num_output_files is None else None
     file_range = tuple(config.num_output_files if files_per is None else math.ceil(x / files_per)
                        for x in (rows.low, rows.value, rows.high))
-    on_disk = scaled(tokens, ratio(disk))
-    # This machine: the command's start-up as this process paid it, plus the sample job's stage seconds scaled
-    # to the whole (on the bench corpora a job's data phase lasts about as long as its stages' seconds add up to).
+    # This machine: the start-up, plus the sample job's stage seconds scaled to the whole (on the bench corpora a
+    # job's data phase lasts about as long as its stages' seconds add up to).
     share = sample_tokens / tokens.value if tokens.value else 1.0
-    stage_seconds = sum(job_params.get("run", {}).get("stage_seconds", {}).values())
-    seconds = startup + stage_seconds / max(share, 1e-12)
-    cpu_per_token = (sampled_cpu + job_cpu) / sample_tokens if sample_tokens else 0.0
-    vcpu = scaled(tokens, cpu_per_token / 3600)
+    seconds = startup + sum(job_params.get("run", {}).get("stage_seconds", {}).values()) / max(share, 1e-12)
+    vcpu = scaled(tokens, per_token(sampled_cpu + job_cpu) / 3600)
     per_source, mixture_total = {}, None
     if plan.mixture:
         per_source = {s.name: combine(strata["tokens"][k]) for k, s in enumerate(plan.mixture.sources)}
         if plan.mixture.total_tokens is None:
             mixture_total = _largest_total(plan.mixture, per_source)
-    return Estimate(fraction, documents, tokens, loss_valid, rows, file_range, on_disk, seconds, vcpu, per_source,
-                    mixture_total, time.perf_counter() - started + startup, startup, tuple(notes))
+    return Estimate(fraction, documents, tokens, scaled(tokens, per_token(post["loss_valid_tokens"])), rows,
+                    file_range, scaled(tokens, per_token(disk)), seconds, vcpu, per_source, mixture_total,
+                    time.perf_counter() - started + startup, startup, tuple(notes))
+
+
+def _by_byte(plan, f, size: int, fraction: float, seed: int, work: str, target: str) -> tuple:
+    """A file sampled by byte: (its documents' stratum, its tokens' stratum, the tokens its share of the job on
+    the sample holds), that share written to `target`."""
+    draws = draw_lines(f.path, size, math.ceil(fraction * size), seed, f.relpath)
+    drawn = os.path.join(work, "drawn", f.relpath)
+    os.makedirs(os.path.dirname(drawn), exist_ok=True)
+    with open(drawn, "wb") as out:
+        out.writelines(line + b"\n" for line in draws.lines)
+    records = list(read_records(drawn, plan.keys, plan.max_record_bytes, txt_lines=plan.txt_lines))
+    if len(records) != len(draws.lines):
+        raise RuntimeError(f"estimate: {len(draws.lines)} lines drawn from {f.path}, {len(records)} records read back")
+    tokens = iter(_doc_tokens(plan, [r for r in records if isinstance(r, Document)]))
+    per_line = [(1, next(tokens)) if isinstance(r, Document) else (0, 0) for r in records]
+    # The job on the sample gets the first draws up to the file's share of the budget (a file smaller than its
+    # minimum of draws would otherwise weigh more than its bytes in the ratios).
+    share = int(np.searchsorted(np.cumsum(draws.lengths), fraction * size)) + 1
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target, "wb") as out:
+        out.writelines(line + b"\n" for line in draws.lines[:share])
+    # Records: the density of line ends in windows at the drawn offsets (a line drawn by its bytes says little
+    # about the short ones), times the share of drawn lines that are documents.
+    good = sum(x[0] for x in per_line) / len(per_line) if per_line else 0.0
+    return (by_bytes(size, draws.window_bytes, [n * good for n in draws.window_ends]),
+            by_bytes(size, draws.lengths, [x[1] for x in per_line]), sum(t for _, t in per_line[:share]))
+
+
+def _by_coin(plan, f, fraction: float, seed: int, target: str) -> tuple:
+    """A file read whole, its records kept by a coin: as `_by_byte`, the kept records written to `target`."""
+    kept, probabilities, n_docs, chars = [], [], 0, 0
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target, "wb") as out:
+        for p, record in coin_records(f.path, plan.keys, fraction, seed, f.relpath,
+                                      max_record_bytes=plan.max_record_bytes, txt_lines=plan.txt_lines):
+            if isinstance(record, Document):  # read whole anyway: counted exactly
+                n_docs += 1
+                chars += sum(map(len, record.values))
+            if p:
+                kept.append(record)
+                probabilities.append(p)
+                out.write(_json_line(plan.keys, record) + b"\n")
+    tokens = _doc_tokens(plan, kept)
+    return (Stratum(float(n_docs), 0.0, math.inf),
+            by_poisson(tokens, probabilities, [sum(map(len, d.values)) for d in kept], chars), sum(tokens))
 
 
 def _largest_total(spec, per_source: dict) -> Interval:
@@ -260,9 +268,9 @@ def _largest_total(spec, per_source: dict) -> Interval:
     return Interval(ends[1], max(ends[1] - ends[0], ends[2] - ends[1]))
 
 
-def _sample_job(config: Config, sample_dir: str, out: str) -> tuple[dict, float, float, int]:
-    """The job on the sample (no mixture: every sampled document once, as drawn): its data_params.json, its wall
-    and CPU seconds, and the bytes of its files."""
+def _sample_job(config: Config, sample_dir: str, out: str) -> tuple[dict, float, int]:
+    """The job on the sample (no mixture: every sampled document once, as drawn): its data_params.json, its CPU
+    seconds, and the bytes of its files."""
     from pipelines.create_hdf5_dataset import run
 
     values = dict(config.values)
@@ -272,12 +280,12 @@ def _sample_job(config: Config, sample_dir: str, out: str) -> tuple[dict, float,
     if "mixture" in values:
         values["mixture"] = None
     sample_config = dataclasses.replace(config, values=tuple(sorted(values.items())))
-    wall, cpu = time.perf_counter(), time.process_time()
+    cpu = time.process_time()
     with contextlib.redirect_stderr(io.StringIO()):  # its summary line is about the sample, not the job
         params = run(sample_config, ["--runner", "FnApiRunner"])
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    cpu = time.process_time() - cpu
     disk = sum(os.path.getsize(os.path.join(out, name)) for name in os.listdir(out) if name.endswith(".h5"))
-    return params, wall, cpu, disk
+    return params, cpu, disk
 
 
 def _process_age() -> float:
@@ -304,9 +312,10 @@ def render(e: Estimate, mode: str) -> str:
              f"  rows              {fmt(e.rows)}",
              f"  files             {e.files[1]}  (95%: {e.files[0]}-{e.files[2]})",
              f"  bytes on disk     {fmt(e.bytes_on_disk, 'B')}",
-             f"  wall time here    {e.seconds:.0f} s  (this machine, {os.cpu_count()} cores, start-up included)",
+             f"  wall time here    {_duration(e.seconds)}  (this machine, {os.cpu_count()} cores"
+             + (f", {e.startup_seconds:.1f} s of start-up included)" if e.startup_seconds else ", start-up not counted)"),
              f"  Dataflow          {e.vcpu_hours.value:.3g} vCPU-hours (+-{e.vcpu_hours.relative:.1%}), about "
-             f"${e.vcpu_hours.value * DATAFLOW_USD_PER_VCPU_HOUR:.3g} at ${DATAFLOW_USD_PER_VCPU_HOUR}/vCPU-hour "
+             f"{_dollars(e.vcpu_hours.value * DATAFLOW_USD_PER_VCPU_HOUR)} at ${DATAFLOW_USD_PER_VCPU_HOUR}/vCPU-hour "
              "(docs/dataflow.md)"]
     for name, i in e.per_source.items():
         lines.append(f"  source {name:<10} {fmt(i)} tokens available")
@@ -316,6 +325,18 @@ def render(e: Estimate, mode: str) -> str:
     lines.append(f"  (this estimate took {e.sample_seconds:.1f} s, {e.startup_seconds:.1f} s of it start-up; nothing was "
                  "written to the output)")
     return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _dollars(x: float) -> str:
+    return f"${x:,.2f}" if x >= 0.01 else "under $0.01"
 
 
 def _human(x: float) -> str:
@@ -335,7 +356,7 @@ def main(argv: list[str]) -> int:
     try:
         rest, sample, seed = _split_args(argv)
         config, _ = load_config(rest)
-        result = estimate(config, sample, seed)
+        result = estimate(config, sample, seed, startup=_process_age())
     except (ConfigError, UserError) as e:
         print(f"create_hdf5_dataset estimate: error: {e}", file=sys.stderr)
         return 2

@@ -161,12 +161,14 @@ def test_without_a_total_the_largest_mixture_that_fits(sources, tmp_path):
     assert mix["total_tokens_target"] == int(ml["tokens_available"] / WEIGHTS["ml"])
 
 
-def test_a_share_no_source_can_give_is_a_clear_error(sources, tmp_path, capsys):
+def test_a_share_no_source_can_give_is_a_clear_error(sources, tmp_path, capsys, caplog):
     from pipelines.create_hdf5_dataset import main
 
     code = main(_args(_mixture(sources, ml=1), tmp_path / "e") + RUNNER)
     assert code == 2
     assert "mixture source ml: its share is 200000 tokens of 1000000" in capsys.readouterr().err
+    # One line that says what to change, not also Beam's log of the same error with its traceback.
+    assert not [r for r in caplog.records if r.levelno >= 40 and "mixture source" in r.getMessage()]
 
 
 def test_vsl_rows_from_a_mixture(sources, tmp_path):

@@ -22,7 +22,7 @@ from typing import Iterator, Optional
 import fsspec
 import numpy as np
 
-from transforms.core.records import BadRecord, Document, SkippedRecord
+from transforms.core.records import Document
 from transforms.io.discover import extension_of
 from transforms.io.readers import read_records
 
