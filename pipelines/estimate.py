@@ -314,7 +314,7 @@ def render(e: Estimate, mode: str) -> str:
              f"  bytes on disk     {fmt(e.bytes_on_disk, 'B')}",
              f"  wall time here    {_duration(e.seconds)}  (this machine, {os.cpu_count()} cores"
              + (f", {e.startup_seconds:.1f} s of start-up included)" if e.startup_seconds else ", start-up not counted)"),
-             f"  Dataflow          {e.vcpu_hours.value:.3g} vCPU-hours (+-{e.vcpu_hours.relative:.1%}), about "
+             f"  Dataflow          {e.vcpu_hours.value:.3g} vCPU-hours (+-{e.vcpu_hours.relative:.1%}), "
              f"{_dollars(e.vcpu_hours.value * DATAFLOW_USD_PER_VCPU_HOUR)} at ${DATAFLOW_USD_PER_VCPU_HOUR}/vCPU-hour "
              "(docs/dataflow.md)"]
     for name, i in e.per_source.items():
@@ -336,7 +336,7 @@ def _duration(seconds: float) -> str:
 
 
 def _dollars(x: float) -> str:
-    return f"${x:,.2f}" if x >= 0.01 else "under $0.01"
+    return f"about ${x:,.2f}" if x >= 0.01 else "under $0.01"
 
 
 def _human(x: float) -> str:
