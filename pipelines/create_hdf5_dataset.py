@@ -16,6 +16,7 @@ if __name__ == "__main__":
     process.prepare()
 
 import argparse
+import shutil
 import atexit
 import dataclasses
 import json
@@ -876,7 +877,14 @@ def launch(config: Config, beam_args: list[str], plan_changes: Optional[dict] = 
     build(pipeline, plan)
     if not local:
         _check_graph_size(pipeline)
-    result = pipeline.run()
+    if dry_run and local:
+        # A local runner knows no dry run: it would run the job (on files a dry run does not write). The graph is
+        # built and turned into the portable form every runner reads: that is what can be checked here.
+        pipeline.to_runner_api()
+        shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)  # Beam removes it when a pipeline runs
+        result = None
+    else:
+        result = pipeline.run()
     job_id = getattr(result, "job_id", lambda: None)()
     follower = None
     if dry_run:

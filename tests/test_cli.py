@@ -202,3 +202,21 @@ def test_help_names_the_modes_and_the_tools():
         assert re.search(rf"^\s+{tool}\s+\S", out.stdout, re.M), f"{tool} has no line of help"
         sub = _cli([tool, "--help"])
         assert sub.returncode == 0 and f"create_hdf5_dataset {tool}" in sub.stdout
+
+
+def test_a_dry_run_on_a_local_runner_checks_the_graph_and_writes_nothing(tmp_path, capsys):
+    """A local runner knows no dry run (it would run the job on files a dry run does not write)."""
+    import glob
+    import tempfile
+
+    from pipelines.create_hdf5_dataset import main
+
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "beam-pipeline-temp*")))
+    out = tmp_path / "out"
+    assert main(["LMData", "--input_dir", str(ROOT / "data" / "sample"), "--output_dir", str(out),
+                 "--tokenizer_type", "GPT2Tokenizer", "--vocab_file", str(ROOT / "data/tokenizers/gpt2/vocab.bpe"),
+                 "--encoder_file", str(ROOT / "data/tokenizers/gpt2/encoder.json"), "--dry_run", "True",
+                 "--runner", "FnApiRunner"]) == 0
+    assert "dry run: the job graph is valid" in capsys.readouterr().err
+    assert not out.exists()
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "beam-pipeline-temp*"))) <= before
