@@ -7,6 +7,7 @@ import glob
 import hashlib
 import json
 import os
+import random
 from collections import Counter
 from pathlib import Path
 
@@ -366,3 +367,29 @@ def _stored_copy(meta_path: str) -> bool:
         return json.loads(open(meta_path).read())["group"]["copy"] > 0
     except (OSError, ValueError, KeyError):  # being written
         return False
+
+
+@pytest.mark.parametrize("mode", ["Summarization", "Summarization_VSL"])
+def test_prompt_and_completion_pairs_from_a_mixture(tmp_path, mode):
+    """A pair's tokens are its prompt's and completion's: a small source repeated, a large one cut, shares met."""
+    from pipelines.tools import verify_dataset
+
+    rng = random.Random(0)
+    words = "the a of to and in is it that for on with as was he be by at this".split()
+    for name, n in (("big", 300), ("small", 40)):
+        (tmp_path / name).mkdir()
+        with open(tmp_path / name / "pairs.jsonl", "w") as f:
+            for _ in range(n):
+                f.write(json.dumps({"prompt": " ".join(rng.choice(words) for _ in range(rng.randint(5, 60))),
+                                    "completion": " ".join(rng.choice(words) for _ in range(rng.randint(3, 30)))})
+                        + "\n")
+    mixture = json.dumps([{"source": str(tmp_path / "big"), "weight": 0.5},
+                          {"source": str(tmp_path / "small"), "weight": 0.5, "max_repeats": 10}])
+    out = tmp_path / "out"
+    params = run_job([mode, "--mixture", mixture, "--output_dir", str(out), *TOKENIZER, "--max_seq_length", "128",
+                      "--prompt_key", "prompt", "--completion_key", "completion", "--display_pbar", "False"])
+    mix = params["mixture"]["sources"]
+    assert mix["small"]["whole_copies"] >= 5 and params["input"]["repeats"] > 0
+    for name in ("big", "small"):
+        assert abs(mix[name]["realized_share"] - 0.5) <= 100 / params["mixture"]["tokens_taken"]  # a pair < 100
+    assert verify_dataset(str(out)).problems == []
