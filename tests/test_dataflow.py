@@ -161,11 +161,13 @@ def test_everything_sent_to_workers_unpickles_in_a_fresh_process(tmp_path):
     p = _pipeline(_argv(tmp_path / "out", tok) + DATAFLOW + ["--sdk_container_image", IMAGE])
     proto_file = tmp_path / "pipeline.pb"
     proto_file.write_bytes(p.to_runner_api().SerializeToString())
+    shutil.rmtree(p.local_tempdir, ignore_errors=True)  # Beam removes it only when a pipeline runs
     shutil.rmtree(tok)
     worker_dir = tmp_path / "worker"
     worker_dir.mkdir()
     proc = subprocess.run([sys.executable, "-c", _WORKER, str(proto_file)], cwd=worker_dir,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(worker_dir)},
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(worker_dir),
+                               "TMPDIR": str(worker_dir)},
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     loaded = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -308,7 +310,13 @@ def test_a_split_job_graph_hardly_grows_with_its_outputs(tmp_path, monkeypatch):
     """A split job's outputs share one set of transforms (each stage takes its settings for the output at hand):
     an output adds its settings to the graph, not a subgraph. A graph over the limit is still a one-line error at
     launch, never a rejected submission."""
+    import tempfile
+
     import pipelines.create_hdf5_dataset as job
+
+    # Dataflow's dry run rebuilds the pipeline it would submit and never runs it, so Beam never removes that
+    # pipeline's temporary directory: this test's go under tmp_path, not the machine's temporary directory.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     def argv(splits: int) -> list[str]:
         return _argv(tmp_path / "out") + ["--data_splits", ",".join(f"s{i}=1/{splits}" for i in range(splits))]
