@@ -204,14 +204,16 @@ def test_help_names_the_modes_and_the_tools():
         assert sub.returncode == 0 and f"create_hdf5_dataset {tool}" in sub.stdout
 
 
-def test_a_dry_run_on_a_local_runner_checks_the_graph_and_writes_nothing(tmp_path, capsys):
+def test_a_dry_run_on_a_local_runner_checks_the_graph_and_writes_nothing(tmp_path, capsys, monkeypatch):
     """A local runner knows no dry run (it would run the job on files a dry run does not write)."""
-    import glob
     import tempfile
 
     from pipelines.create_hdf5_dataset import main
 
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "beam-pipeline-temp*")))
+    # This process's temporary directory, watched alone (other test processes make their own pipelines).
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     out = tmp_path / "out"
     assert main(["LMData", "--input_dir", str(ROOT / "data" / "sample"), "--output_dir", str(out),
                  "--tokenizer_type", "GPT2Tokenizer", "--vocab_file", str(ROOT / "data/tokenizers/gpt2/vocab.bpe"),
@@ -219,4 +221,4 @@ def test_a_dry_run_on_a_local_runner_checks_the_graph_and_writes_nothing(tmp_pat
                  "--runner", "FnApiRunner"]) == 0
     assert "dry run: the job graph is valid" in capsys.readouterr().err
     assert not out.exists()
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "beam-pipeline-temp*"))) <= before
+    assert not list(temp.glob("beam-pipeline-temp*"))  # the graph's pipeline never ran: its directory removed
