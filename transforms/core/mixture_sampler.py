@@ -379,19 +379,8 @@ class MixtureSampler(RankIterator):
         self._block_base = [np.uint64(k & _MASK64) for k in _keys(self.seed, self.epoch, "blocks")]
         self._row_keys: dict = {}
 
-    def __len__(self) -> int:
-        """This rank's index count per epoch (the whole epoch, not what is left of it)."""
-        return self._count
-
-    def set_epoch(self, epoch: int) -> None:
-        """Move to `epoch` from its start; the current epoch keeps its position (see the resume rule)."""
-        epoch = check_int("epoch", epoch)
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
-        if epoch != self.epoch:
-            self.epoch, self.taken = epoch, 0
-            self._set_keys()
-            self._loaded = False
+    def _new_epoch(self) -> None:
+        self._set_keys()
 
     # ------------------------------------------------------------ the order
 
@@ -496,13 +485,7 @@ class MixtureSampler(RankIterator):
             # type() too: JSON keeps bools and ints apart, and True == 1 must not pass for drop_last=1.
             if theirs != mine or type(theirs) is not type(mine):
                 raise ValueError(f"sampler state has {field}={state[field]!r}, this sampler has {field}={mine!r}")
-        epoch, taken = check_int("epoch", state["epoch"]), check_int("taken", state["taken"])
-        if epoch < 0:
-            raise ValueError(f"sampler state has epoch={epoch}, must be >= 0")
-        if not 0 <= taken <= self._count:
-            raise ValueError(f"sampler state has taken={taken}, must be in [0, {self._count}]")
-        self.set_epoch(epoch)
-        self.taken, self._loaded = taken, True
+        self._resume_at(state)
 
     def __repr__(self) -> str:
         shares = ", ".join(f"{p:.4g}" for p in self.probabilities)

@@ -173,7 +173,35 @@ def check_int(name: str, value: object) -> int:
 class RankIterator:
     """What a resumable sampler's iteration is, whatever its order: rank r's k-th index is the one at position
     r + k * world_size of the epoch's order (`_indices`, for an array of positions), counted in `taken` so that a
-    state saved at any step resumes there. Subclasses set rank, world_size, taken, _count and _loaded."""
+    state saved at any step resumes there. Subclasses set rank, world_size, epoch, taken, _count and _loaded,
+    and draw an epoch's keys in `_new_epoch`."""
+
+    def __len__(self) -> int:
+        """This rank's index count per epoch (the whole epoch, not what is left of it)."""
+        return self._count
+
+    def set_epoch(self, epoch: int) -> None:
+        """Move to `epoch` from its start; the current epoch keeps its position (see the resume rule)."""
+        epoch = check_int("epoch", epoch)
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        if epoch != self.epoch:
+            self.epoch, self.taken = epoch, 0
+            self._new_epoch()
+            self._loaded = False
+
+    def _new_epoch(self) -> None:
+        raise NotImplementedError
+
+    def _resume_at(self, state: dict) -> None:
+        """A saved state's place (its settings checked by the caller): its epoch, and the indices it had taken."""
+        epoch, taken = check_int("epoch", state["epoch"]), check_int("taken", state["taken"])
+        if epoch < 0:
+            raise ValueError(f"sampler state has epoch={epoch}, must be >= 0")
+        if not 0 <= taken <= self._count:
+            raise ValueError(f"sampler state has taken={taken}, must be in [0, {self._count}]")
+        self.set_epoch(epoch)
+        self.taken, self._loaded = taken, True
 
     def __iter__(self) -> Iterator[int]:
         # The start is fixed here, when iter() is called, not at the first next() of a lazy generator.
@@ -219,18 +247,8 @@ class ResumableSampler(RankIterator):
         self._loaded = False  # the next __iter__ starts at `taken` even at the epoch's end (resume rule)
         self._keys = epoch_keys(seed, 0)
 
-    def __len__(self) -> int:
-        """This rank's index count per epoch (the whole epoch, not what is left of it)."""
-        return self._count
-
-    def set_epoch(self, epoch: int) -> None:
-        """Move to `epoch` from its start; the current epoch keeps its position (see the resume rule)."""
-        epoch = check_int("epoch", epoch)
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
-        if epoch != self.epoch:
-            self.epoch, self.taken, self._keys = epoch, 0, epoch_keys(self.seed, epoch)
-            self._loaded = False
+    def _new_epoch(self) -> None:
+        self._keys = epoch_keys(self.seed, self.epoch)
 
     def index_at(self, position: int) -> int:
         """The row at `position` of this epoch's order, shared by all ranks (rank r's k-th is at r + k * world_size)."""
@@ -259,10 +277,4 @@ class ResumableSampler(RankIterator):
             # type() too: JSON keeps bools and ints apart, and True == 1 must not pass for shuffle=1.
             if theirs != mine or type(theirs) is not type(mine):
                 raise ValueError(f"sampler state has {field}={theirs!r}, this sampler has {field}={mine!r}")
-        epoch, taken = check_int("epoch", state["epoch"]), check_int("taken", state["taken"])
-        if epoch < 0:
-            raise ValueError(f"sampler state has epoch={epoch}, must be >= 0")
-        if not 0 <= taken <= self._count:
-            raise ValueError(f"sampler state has taken={taken}, must be in [0, {self._count}]")
-        self.set_epoch(epoch)
-        self.taken, self._loaded = taken, True
+        self._resume_at(state)
