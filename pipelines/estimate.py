@@ -313,7 +313,8 @@ def render(e: Estimate, mode: str) -> str:
              f"  files             {e.files[1]}  (95%: {e.files[0]}-{e.files[2]})",
              f"  bytes on disk     {fmt(e.bytes_on_disk, 'B')}",
              f"  wall time here    {_duration(e.seconds)}  (this machine, {os.cpu_count()} cores"
-             + (f", {e.startup_seconds:.1f} s of start-up included)" if e.startup_seconds else ", start-up not counted)"),
+             + (f", {e.startup_seconds:.1f} s of start-up included)" if e.startup_seconds
+                else ", start-up not counted)"),
              f"  Dataflow          {e.vcpu_hours.value:.3g} vCPU-hours (+-{e.vcpu_hours.relative:.1%}), "
              f"{_dollars(e.vcpu_hours.value * DATAFLOW_USD_PER_VCPU_HOUR)} at ${DATAFLOW_USD_PER_VCPU_HOUR}/vCPU-hour "
              "(docs/dataflow.md)"]
@@ -322,8 +323,8 @@ def render(e: Estimate, mode: str) -> str:
     if e.mixture_total is not None:
         lines.append(f"  largest mixture   {fmt(e.mixture_total)} tokens (every source within its max_repeats)")
     lines.extend(f"  note: {n}" for n in e.notes)
-    lines.append(f"  (this estimate took {e.sample_seconds:.1f} s, {e.startup_seconds:.1f} s of it start-up; nothing was "
-                 "written to the output)")
+    lines.append(f"  (this estimate took {e.sample_seconds:.1f} s, {e.startup_seconds:.1f} s of it start-up; "
+                 "nothing was written to the output)")
     return "\n".join(lines)
 
 

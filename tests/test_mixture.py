@@ -7,8 +7,9 @@ import random
 import numpy as np
 import pytest
 
-from transforms.core.mixture import (Histogram, MixtureSpec, batch_hashes, bucket_of, coarse_plan, document_hash,
-                                     hash_key, parse_mixture, parse_token_count, refine_plan)
+from transforms.core.mixture import (MIXTURE_KEY, Histogram, MixtureSpec, batch_hashes, bucket_of, coarse_plan,
+                                     document_hash, parse_mixture, parse_token_count, refine_plan)
+from transforms.core.seeds import hash_key
 
 
 def test_token_counts_take_suffixes():
@@ -141,10 +142,10 @@ def test_budgets_and_caps_are_enforced():
 
 
 def test_identical_documents_share_their_draw():
-    key = hash_key(0)
+    key = hash_key(MIXTURE_KEY, 0)
     doc = (np.arange(10, dtype=np.int32),)
     assert document_hash(doc, key) == document_hash((np.arange(10, dtype=np.int64),), key)
-    assert document_hash(doc, key) != document_hash(doc, hash_key(1))
+    assert document_hash(doc, key) != document_hash(doc, hash_key(MIXTURE_KEY, 1))
     # The split between keys is part of the content.
     assert document_hash((np.arange(4), np.arange(4, 10)), key) != document_hash((np.arange(6), np.arange(6, 10)),
                                                                                    key)

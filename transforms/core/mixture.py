@@ -38,10 +38,13 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from transforms.core.seeds import hash_key
+
 __all__ = ["MixtureSource", "MixtureSpec", "Histogram", "SourcePlan", "MixturePlan", "parse_token_count",
            "parse_mixture", "document_hash", "batch_hashes", "coarse_plan", "refine_plan", "BUCKET_BITS"]
 
 BUCKET_BITS = 16
+MIXTURE_KEY = "mixture:"  # the prefix of the mixture seed's hash key (transforms.core.seeds.hash_key)
 _SHIFT = 64 - BUCKET_BITS
 _SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 _COUNT = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([kKmMbBgGtT]?)\s*$")
@@ -87,9 +90,6 @@ class MixtureSpec:
     sources: tuple  # MixtureSource, in the order given
     total_tokens: Optional[int] = None
     seed: int = 0
-
-    def index(self, name: str) -> int:
-        return [s.name for s in self.sources].index(name)
 
 
 _SOURCE_KEYS = {"source", "path", "name", "weight", "tokens", "max_repeats"}
@@ -171,14 +171,9 @@ def document_hash(values: Sequence[np.ndarray], key: bytes) -> int:
     return int.from_bytes(h.digest(), "big")
 
 
-def hash_key(seed: int) -> bytes:
-    """The BLAKE2b key of a mixture seed (another seed, another draw)."""
-    return hashlib.sha256(f"mixture:{int(seed)}".encode()).digest()[:32]
-
-
 def batch_hashes(tokens: Sequence[tuple], seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(hashes uint64, token counts int64) of a batch's documents (tuples of per-key id arrays)."""
-    key = hash_key(seed)
+    key = hash_key(MIXTURE_KEY, seed)
     hashes = np.fromiter((document_hash(doc, key) for doc in tokens), dtype=np.uint64, count=len(tokens))
     counts = np.fromiter((sum(len(ids) for ids in doc) for doc in tokens), dtype=np.int64, count=len(tokens))
     return hashes, counts
@@ -198,11 +193,14 @@ class Histogram:
 
     @classmethod
     def of(cls, n_sources: int, source: int, hashes: np.ndarray, counts: np.ndarray) -> "Histogram":
-        out = cls.empty(n_sources)
-        buckets = (hashes >> np.uint64(_SHIFT)).astype(np.int64)
-        np.add.at(out.docs[source], buckets, 1)
-        np.add.at(out.tokens[source], buckets, counts)
-        return out
+        return cls.empty(n_sources).add_documents(source, hashes, counts)
+
+    def add_documents(self, source: int, hashes: np.ndarray, counts: np.ndarray) -> "Histogram":
+        """Count documents of `source` (their hashes and token counts) in their buckets."""
+        buckets = bucket_of(hashes)
+        np.add.at(self.docs[source], buckets, 1)
+        np.add.at(self.tokens[source], buckets, counts)
+        return self
 
     def add(self, other: "Histogram") -> "Histogram":
         self.docs += other.docs
@@ -223,10 +221,6 @@ class SourcePlan:
     bucket: int  # the boundary bucket (coarse plan), or -1 when no remainder is taken
     tokens_below: int  # tokens of the documents in the buckets below it
     threshold: Optional[int] = None  # refined: a document takes one more copy when its hash < threshold
-
-    def times(self, h: int) -> int:
-        """How many times a document of hash h is taken (after refine_plan)."""
-        return self.copies + (1 if h < self.threshold else 0)
 
 
 @dataclasses.dataclass(frozen=True)

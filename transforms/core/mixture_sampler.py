@@ -143,7 +143,6 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 # The fields a state must match before it can be loaded: they fix the order and this rank's share of it.
-_SETTINGS = ("sizes", "weights", "by", "tokens_per_row", "num_samples", "seed", "rank", "world_size", "drop_last")
 
 
 def _check_numbers(name: str, values: object) -> tuple[float, ...]:
@@ -461,31 +460,13 @@ class MixtureSampler(RankIterator):
 
     # ------------------------------------------------------------ iteration and state
 
+    STATE_VERSION = STATE_VERSION
+
     def _settings(self) -> dict:
         return {"sizes": list(self.sizes), "weights": list(self.weights), "by": self.by,
                 "tokens_per_row": None if self.tokens_per_row is None else list(self.tokens_per_row),
                 "num_samples": self.num_samples, "seed": self.seed, "rank": self.rank,
                 "world_size": self.world_size, "drop_last": self.drop_last}
-
-    def state_dict(self) -> dict:
-        """Everything a fresh sampler needs to continue exactly here: plain values, JSON-serialisable."""
-        return {"version": STATE_VERSION, **self._settings(), "epoch": self.epoch, "taken": self.taken}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue from `state`; it must come from a sampler with the same settings (ValueError naming the field)."""
-        for field in ("version", *_SETTINGS, "epoch", "taken"):
-            if field not in state:
-                raise ValueError(f"sampler state has no {field!r}")
-        if state["version"] != STATE_VERSION or type(state["version"]) is not int:
-            raise ValueError(f"sampler state version {state['version']!r} is not {STATE_VERSION}")
-        for field, mine in self._settings().items():
-            theirs = state[field]
-            if isinstance(theirs, tuple):
-                theirs = list(theirs)
-            # type() too: JSON keeps bools and ints apart, and True == 1 must not pass for drop_last=1.
-            if theirs != mine or type(theirs) is not type(mine):
-                raise ValueError(f"sampler state has {field}={state[field]!r}, this sampler has {field}={mine!r}")
-        self._resume_at(state)
 
     def __repr__(self) -> str:
         shares = ", ".join(f"{p:.4g}" for p in self.probabilities)

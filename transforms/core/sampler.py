@@ -193,8 +193,33 @@ class RankIterator:
     def _new_epoch(self) -> None:
         raise NotImplementedError
 
+    STATE_VERSION: int  # each subclass's own (its module's): bumped when its state or its order changes
+
+    def _settings(self) -> dict:
+        """What a state must match to be resumed here: plain values, in the state's order."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        """Everything a fresh sampler needs to continue exactly here: plain values, JSON-serialisable."""
+        return {"version": self.STATE_VERSION, **self._settings(), "epoch": self.epoch, "taken": self.taken}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state`; it must come from a sampler with the same settings (ValueError naming the field)."""
+        settings = self._settings()
+        for field in ("version", *settings, "epoch", "taken"):
+            if field not in state:
+                raise ValueError(f"sampler state has no {field!r}")
+        if state["version"] != self.STATE_VERSION or type(state["version"]) is not int:
+            raise ValueError(f"sampler state version {state['version']!r} is not {self.STATE_VERSION}")
+        for field, mine in settings.items():
+            theirs = list(state[field]) if isinstance(state[field], tuple) else state[field]
+            # type() too: JSON keeps bools and ints apart, and True == 1 must not pass for shuffle=1.
+            if theirs != mine or type(theirs) is not type(mine):
+                raise ValueError(f"sampler state has {field}={state[field]!r}, this sampler has {field}={mine!r}")
+        self._resume_at(state)
+
     def _resume_at(self, state: dict) -> None:
-        """A saved state's place (its settings checked by the caller): its epoch, and the indices it had taken."""
+        """A saved state's place (its settings checked): its epoch, and the indices it had taken."""
         epoch, taken = check_int("epoch", state["epoch"]), check_int("taken", state["taken"])
         if epoch < 0:
             raise ValueError(f"sampler state has epoch={epoch}, must be >= 0")
@@ -259,22 +284,7 @@ class ResumableSampler(RankIterator):
     def _indices(self, positions: np.ndarray) -> np.ndarray:
         return permute(positions, self.num_rows, self._keys) if self.shuffle else positions
 
-    def state_dict(self) -> dict:
-        """Everything a fresh sampler needs to continue exactly here: plain ints and bools, JSON-serialisable."""
-        return {"version": STATE_VERSION, "num_rows": self.num_rows, "seed": self.seed, "shuffle": self.shuffle,
-                "rank": self.rank, "world_size": self.world_size, "drop_last": self.drop_last,
-                "epoch": self.epoch, "taken": self.taken}
+    STATE_VERSION = STATE_VERSION
 
-    def load_state_dict(self, state: dict) -> None:
-        """Continue from `state`; it must come from a sampler with the same settings (ValueError naming the field)."""
-        for field in ("version", *_SETTINGS, "epoch", "taken"):
-            if field not in state:
-                raise ValueError(f"sampler state has no {field!r}")
-        if state["version"] != STATE_VERSION or type(state["version"]) is not int:
-            raise ValueError(f"sampler state version {state['version']!r} is not {STATE_VERSION}")
-        for field in _SETTINGS:
-            mine, theirs = getattr(self, field), state[field]
-            # type() too: JSON keeps bools and ints apart, and True == 1 must not pass for shuffle=1.
-            if theirs != mine or type(theirs) is not type(mine):
-                raise ValueError(f"sampler state has {field}={theirs!r}, this sampler has {field}={mine!r}")
-        self._resume_at(state)
+    def _settings(self) -> dict:
+        return {field: getattr(self, field) for field in _SETTINGS}

@@ -38,6 +38,7 @@ from typing import Mapping, Optional, Sequence
 
 from transforms.core.normalize import NormalizeConfig, normalized_document
 from transforms.core.records import DocBatch
+from transforms.core.seeds import hash_key
 from transforms.core.stats import Stats
 from transforms.core.units import shares
 
@@ -205,11 +206,6 @@ class Output:
         return "/".join(parts)
 
 
-def _hash_key(seed: int) -> bytes:
-    # BLAKE2b's own keyed mode: the seed is the key, so the draw is a PRF of the content.
-    return hashlib.sha256(f"split_seed\x1f{seed}".encode()).digest()[:32]
-
-
 @dataclasses.dataclass(frozen=True)
 class SplitPlan:
     """The outputs of a job, grouped by subset, and the rule that picks a document's output."""
@@ -230,7 +226,7 @@ class SplitPlan:
             thresholds.append(tuple(cut))
         object.__setattr__(self, "_starts", tuple(starts))
         object.__setattr__(self, "_thresholds", tuple(thresholds))
-        object.__setattr__(self, "_key", _hash_key(self.seed))
+        object.__setattr__(self, "_key", hash_key("split_seed\x1f", self.seed))
 
     @property
     def rest_part(self) -> int:

@@ -49,10 +49,7 @@ class _HistogramFn(beam.CombineFn):
         return Histogram.empty(self._n)
 
     def add_input(self, acc, m: MixtureBatch):
-        buckets = bucket_of(m.hashes)
-        np.add.at(acc.docs[m.source], buckets, 1)
-        np.add.at(acc.tokens[m.source], buckets, m.counts)
-        return acc
+        return acc.add_documents(m.source, m.hashes, m.counts)
 
     def merge_accumulators(self, accs):
         accs = iter(accs)
