@@ -4,7 +4,7 @@ For each bench corpus (decompressed to plain .jsonl, as `benchmarks/bench.py`
 runs it, so that lines are drawn by byte):
 
 1. the truth: every document normalized and tokenized once, as the job
-   counts tokens (`pipelines.estimate._doc_tokens`);
+   counts tokens (`pipelines.estimate._Tokens`);
 2. `--trials` seeded estimates at `--sample` (default 40 at 1%): how often
    the printed 95% interval holds the true token count (the issue asks for
    at least 90%), and the intervals' half-widths;
@@ -53,12 +53,13 @@ def _decompress(corpus: Path, out_dir: Path) -> Path:
 def _truth(input_dir: Path) -> int:
     from pipelines.config import load_config
     from pipelines.create_hdf5_dataset import plan_job
-    from pipelines.estimate import _doc_tokens
+    from pipelines.estimate import _Tokens
     from transforms.core.records import Document
     from transforms.io.readers import read_records
 
     config, _ = load_config(["LMData", "--input_dir", str(input_dir), *TOKENIZER])
     plan = plan_job(config)
+    tokens = _Tokens(plan)
     total = 0
     for f in plan.files:
         batch = []
@@ -66,9 +67,9 @@ def _truth(input_dir: Path) -> int:
             if isinstance(record, Document):
                 batch.append(record)
                 if len(batch) == 1024:
-                    total += sum(_doc_tokens(plan, batch))
+                    total += sum(tokens(batch))
                     batch = []
-        total += sum(_doc_tokens(plan, batch))
+        total += sum(tokens(batch))
     return total
 
 

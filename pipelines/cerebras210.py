@@ -194,16 +194,12 @@ def _token_limit(mode: str, processing: dict, path: str, values: dict, notices: 
     limit = processing.get("token_limit")
     if not _given(limit):
         return
-    from pipelines.config import CHAT_MODES
     from transforms.core.mixture import parse_token_count
 
     try:
         tokens = parse_token_count(limit, "processing.token_limit")
     except ValueError as e:
         raise ConfigError(f"{path}: {e}") from None
-    if mode in CHAT_MODES:
-        raise ConfigError(f"{path}: processing.token_limit: not supported for {mode} yet (a budget is drawn by "
-                          "document, here from the text modes' tokens)")
     if "input_dir" not in values:
         raise ConfigError(f"{path}: processing.token_limit: supported with a local setup.data.source only")
     source = values.pop("input_dir")

@@ -89,8 +89,8 @@ SETTINGS: tuple[Setting, ...] = (
        "read several sources and take each by its share of the output's tokens: a list of {source: a directory, "
        "glob or metadata file, weight: W | tokens: N (k/M/B/T), max_repeats: R (default 1: no document twice), "
        "name: N} (command line: JSON); instead of input_dir. Which documents, and how many times each, is drawn "
-       "by a keyed hash of their tokens: exact to half a document, whatever the order or the workers",
-       modes=(LMDATA, SUMMARIZATION, FIM, LMDATA_VSL, SUMMARIZATION_VSL)),
+       "by a keyed hash of their tokens (a chat record's as its template renders them): exact to half a "
+       "document, whatever the order or the workers"),
     _s("processes", "setup", "int", 0,
        "worker processes for the local runner (0: Beam's default); recorded for compatibility"),
     _s("txt_lines", "setup", "bool", False,

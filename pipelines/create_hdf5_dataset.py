@@ -64,7 +64,7 @@ from transforms.io.manifest import PARAMS_FILE, MergeStats, WriteDatasetParams, 
 from transforms.io.read_corpus import DEAD_LETTERS, DOCS, FAN_OUT_BYTES, ReadCorpus, ReadInputManifest, \
     write_input_manifest
 from transforms.io.tokenizer_files import StagedTokenizerFiles, read_chat_template, stage_tokenizer_files
-from transforms.stages.chat import EncodeConversations
+from transforms.stages.chat import BuildChatRows, EncodeConversations
 from transforms.stages.fim import ApplyFim
 from transforms.stages.mixture import MixtureError, SelectMixture
 from transforms.stages.normalize import NormalizeDocuments
@@ -614,7 +614,7 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         | "ReadCorpus" >> ReadCorpus(keys=plan.keys, join_keys=plan.join_keys, group_bytes=plan.group_bytes,
                                      max_record_bytes=plan.max_record_bytes, unit_groups=plan.unit_groups,
                                      fan_out_bytes=plan.fan_out_bytes, txt_lines=plan.txt_lines,
-                                     check=_record_check(plan))
+                                     check=record_check(plan))
     )
     docs, stored = read[DOCS], None
     # A mixture resumes from the plan its interrupted run kept; without one, no group was selected (and so none
@@ -627,7 +627,7 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         docs, stored = skipped.todo, skipped[STORED]
     dead_letters = read[DEAD_LETTERS] | "DeadLetters" >> WriteDeadLetters(plan.output_dir)
     if plan.splits is None:
-        tokens, mixture = _tokens(plan, docs) if plan.chat is None else docs, None
+        tokens, mixture = _tokens(plan, docs), None
         if plan.mixture is not None:
             tokens, mixture = tokens | "SelectMixture" >> _select_mixture(plan)
         return _write(plan, _rows(plan, tokens), stored, dead_letters, mixture)
@@ -638,11 +638,11 @@ def _select_mixture(plan: JobPlan) -> SelectMixture:
     """The mixture's stage: its plan kept beside the stored groups (a resumable job), or the kept one used."""
     keep = fs.join(plan.output_dir, fs.TMP_DIR, MIXTURE_PLAN) if plan.storage_dir else None
     return SelectMixture(plan.mixture, plan.mixture_sources, len(plan.files), keep_plan=keep,
-                         plan=plan.mixture_plan,
+                         plan=plan.mixture_plan, encoded=plan.chat is not None,
                          storage_dir=fs.join(plan.storage_dir, "mixture") if plan.storage_dir else None)
 
 
-def _record_check(plan: JobPlan):
+def record_check(plan: JobPlan):
     """What the reader asks of each record it parsed: a read hook's regions, a chat's well-formedness, nothing."""
     if plan.region_defaults is not None:  # a record is what the hook's regions make of it, for the mode at hand
         output = DOCUMENT if plan.chat is None else PREFERENCE if plan.chat.dpo else REGIONS
@@ -668,7 +668,8 @@ def _build_splits(plan: JobPlan, docs, stored, dead_letters):
                                 chat=per_part(lambda p: p.chat))
     routed = docs | "RouteDocuments" >> RouteDocuments(splits, plan.normalize if plan.chat is None else None)
     parts, rest = routed.parts, routed[REST]
-    tokens, mixture = parts if plan.chat is not None else parts | "TokenizeDocuments" >> _tokenize(plan), None
+    tokens, mixture = (parts | "EncodeConversations" >> _encode_conversations(keyed) if plan.chat is not None
+                       else parts | "TokenizeDocuments" >> _tokenize(plan)), None
     if plan.mixture is not None:
         # After the routing: a document's copies are drawn with it, so they are all in its output.
         tokens, mixture = tokens | "SelectMixture" >> _select_mixture(plan)
@@ -699,20 +700,25 @@ def _tokenize(plan: JobPlan) -> TokenizeDocuments:
         append_eos=plan.mode not in SUMMARIZATION_MODES, drop_bos=plan.mode == FIM, process_cpus=plan.process_cpus)
 
 
+def _encode_conversations(plan: JobPlan) -> EncodeConversations:
+    # Contents are normalized, rendered and tokenized together: the template decides the tokens.
+    return EncodeConversations(plan.chat, plan.tokenizer_files, process_cpus=plan.process_cpus)
+
+
 def _tokens(plan: JobPlan, docs):
-    """DocBatch -> TokenBatch (the text modes)."""
+    """DocBatch -> TokenBatch (the text modes) or EncodedBatch (Chat, Chat_VSL, DPO)."""
+    if plan.chat is not None:
+        return docs | "EncodeConversations" >> _encode_conversations(plan)
     return (docs
             | "NormalizeDocuments" >> NormalizeDocuments(plan.normalize)
             | "TokenizeDocuments" >> _tokenize(plan))
 
 
 def _rows(plan: JobPlan, batches):
-    """TokenBatch (Chat and DPO: DocBatch) -> the mode's rows (RowBlock, or WindowBlock whose rows are built a
-    batch at a time)."""
+    """TokenBatch (Chat and DPO: EncodedBatch) -> the mode's rows (RowBlock, or WindowBlock whose rows are built
+    a batch at a time)."""
     if plan.chat is not None:
-        # Contents are normalized, rendered and tokenized together: the template decides the tokens.
-        return batches | "EncodeConversations" >> EncodeConversations(plan.chat, plan.tokenizer_files,
-                                                                      process_cpus=plan.process_cpus)
+        return batches | "BuildChatRows" >> BuildChatRows(plan.chat)
     tokens = batches
     if plan.mode == LMDATA:
         # Windows over the token stream: full [n, 3, msl] rows are only built, a batch at a time, to encode them.

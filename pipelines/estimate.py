@@ -32,11 +32,11 @@ from typing import Optional
 
 import numpy as np
 
-from pipelines.config import CHAT_MODES, Config, ConfigError, SUMMARIZATION_MODES, FIM, load_config
+from pipelines.config import Config, ConfigError, SUMMARIZATION_MODES, FIM, load_config
 from transforms.core.estimate import Interval, Stratum, by_bytes, by_poisson, combine, scaled
 from transforms.core.mixture import targets
 from transforms.core.normalize import normalized_document
-from transforms.core.records import Document
+from transforms.core.records import Document, Rewritten
 from transforms.io.readers import file_size, read_records
 from transforms.io.sample import by_byte, coin_records, draw_lines
 
@@ -45,6 +45,8 @@ __all__ = ["main", "estimate", "Estimate"]
 # docs/dataflow.md, "Prices assumed": an n2-standard-4 worker-hour, all in (vCPU, memory, disk), per vCPU.
 DATAFLOW_USD_PER_VCPU_HOUR = 0.07057
 DEFAULT_SAMPLE = "1%"
+# Modes whose every kept record is one row (counted record by record, not from the sample job's rows per token).
+ONE_ROW_PER_RECORD = ("Chat", "DPO")
 
 
 @dataclasses.dataclass
@@ -115,30 +117,67 @@ def job_arguments(argv: list[str]) -> list[str]:
     return _split_args(argv)[0]
 
 
-def _doc_tokens(plan, docs: list) -> list[int]:
-    """Each document's tokens as the job counts them: normalized, keys joined as the reader joins them, encoded
-    (with EOS in the text modes that append it)."""
-    from transforms.core.tokenizer import shared_tokenizer, tokenize_documents
+def _checked(check, doc: Document) -> Optional[Document]:
+    """The document as the job's reader passes it on (a read hook's regions, a conversation checked), or None for
+    a record the check refuses (a dead letter in the job)."""
+    failure = check(doc.values) if check is not None else None
+    if failure is None:
+        return doc
+    return Document(doc.index, failure.values, doc.member) if type(failure) is Rewritten else None
 
-    tok = shared_tokenizer(plan.tokenizer_files)
-    if plan.mode == FIM and tok.adds_bos:
-        tok = tok.without_bos()
-    values = []
-    for doc in docs:
-        if plan.join_keys and len(doc.values) > 1:
-            doc = Document(doc.index, ("\n\n".join(doc.values),), doc.member)
-        values.append(normalized_document(doc, plan.normalize)[0].values)
-    if not values:
-        return []
-    if plan.mode in SUMMARIZATION_MODES:
-        lengths = [0] * len(values)
-        for k in range(len(values[0])):
-            for i, ids in enumerate(tok.encode_batch([v[k] for v in values])):
-                lengths[i] += len(ids)
-        return lengths
-    out = tokenize_documents(tok, [v[0] for v in values], split_len=plan.split_len,
-                             remove_bos_in_chunks=plan.remove_bos_in_chunks)
-    return [len(ids) for ids in out]
+
+class _Tokens:
+    """Each document's tokens as the job counts them. Text modes: normalized, keys joined as the reader joins
+    them, encoded (with EOS in the modes that append it). Chat modes: rendered by the template and fitted to
+    the row (a conversation dropped while encoding counts no tokens, a DPO pair its prompt once per side)."""
+
+    def __init__(self, plan):
+        from transforms.core.tokenizer import shared_tokenizer
+
+        self._plan = plan
+        self._tok = shared_tokenizer(plan.tokenizer_files)
+        if plan.mode == FIM and self._tok.adds_bos:
+            self._tok = self._tok.without_bos()
+        self._chat = None
+        if plan.chat is not None:
+            from transforms.core.chat.encode import ChatEncoder
+            from transforms.core.chat.template import ChatRenderer
+
+            renderer = ChatRenderer(plan.chat.template, dict(plan.chat.template_tokens))
+            self._chat = ChatEncoder(renderer, self._tok.backend, loss_span=plan.chat.loss_span)
+
+    def __call__(self, docs: list) -> list[int]:
+        if not docs:
+            return []
+        if self._chat is not None:
+            return self._chat_tokens(docs)
+        plan, tok = self._plan, self._tok
+        from transforms.core.tokenizer import tokenize_documents
+
+        values = []
+        for doc in docs:
+            if plan.join_keys and len(doc.values) > 1:
+                doc = Document(doc.index, ("\n\n".join(doc.values),), doc.member)
+            values.append(normalized_document(doc, plan.normalize)[0].values)
+        if plan.mode in SUMMARIZATION_MODES:
+            lengths = [0] * len(values)
+            for k in range(len(values[0])):
+                for i, ids in enumerate(tok.encode_batch([v[k] for v in values])):
+                    lengths[i] += len(ids)
+            return lengths
+        out = tokenize_documents(tok, [v[0] for v in values], split_len=plan.split_len,
+                                 remove_bos_in_chunks=plan.remove_bos_in_chunks)
+        return [len(ids) for ids in out]
+
+    def _chat_tokens(self, docs: list) -> list[int]:
+        """A record at a time (a dropped one yields nothing to align by), through the job's own encoding."""
+        from transforms.core.chat.batch import encode_conversations, encode_pairs
+        from transforms.core.records import DocBatch, GroupId
+
+        cfg = self._plan.chat
+        encode = encode_pairs if cfg.dpo else encode_conversations
+        group = GroupId(0, 0, "estimate", "estimate")
+        return [int(encode(DocBatch(group, [doc]), self._chat, cfg).counts.sum()) for doc in docs]
 
 
 def _json_line(keys: tuple, doc: Document) -> bytes:
@@ -150,11 +189,9 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     """The estimate; `job=False` stops after the documents and tokens (what a calibration needs), the fields
     that follow from the job on the sample left None. `startup`: the seconds this process took to start (the
     command passes its own: a job pays as much), added to the predicted time."""
-    from pipelines.create_hdf5_dataset import UserError, plan_job
+    from pipelines.create_hdf5_dataset import UserError, plan_job, record_check
 
     started = time.perf_counter()
-    if config.mode in CHAT_MODES:
-        raise UserError(f"estimate: the text modes for now, not {config.mode}")
     plan = plan_job(config)
     sizes = [f.size if f.size is not None else file_size(f.path) for f in plan.files]
     if any(s is None for s in sizes):
@@ -162,23 +199,25 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     fraction = parse_sample(sample, sum(sizes))
     sources = plan.mixture_sources or (0,) * len(plan.files)
     n_sources = len(plan.mixture.sources) if plan.mixture else 1
-    strata: dict = {name: [[] for _ in range(n_sources)] for name in ("documents", "tokens")}
+    strata: dict = {name: [[] for _ in range(n_sources)] for name in ("documents", "tokens", "kept")}
     notes = []
     sample_tokens = 0  # what the job on the sample tokenizes
+    count = _Counter(record_check(plan), _Tokens(plan))
     cpu_started = time.process_time()
     with tempfile.TemporaryDirectory(prefix="create_hdf5_dataset_estimate_") as work:
         sample_dir = os.path.join(work, "in")
         for f, size, source in zip(plan.files, sizes, sources):
             if by_byte(f.path, plan.txt_lines):
-                drawn = _by_byte(plan, f, size, fraction, seed, work, os.path.join(sample_dir, f.relpath))
+                drawn = _by_byte(plan, count, f, size, fraction, seed, work, os.path.join(sample_dir, f.relpath))
             else:
-                drawn = _by_coin(plan, f, fraction, seed, os.path.join(sample_dir, f.relpath + ".jsonl"))
+                drawn = _by_coin(plan, count, f, fraction, seed, os.path.join(sample_dir, f.relpath + ".jsonl"))
                 if fraction < 1:
                     notes.append(f"{f.relpath}: read whole (no random access in a {os.path.splitext(f.path)[1]} "
                                  "file), its records kept by a coin")
-            documents, tokens, in_job = drawn
+            documents, tokens, kept, in_job = drawn
             strata["documents"][source].append(documents)
             strata["tokens"][source].append(tokens)
+            strata["kept"][source].append(kept)
             sample_tokens += in_job
         sampled_cpu = time.process_time() - cpu_started
         documents = combine(s for per in strata["documents"] for s in per)
@@ -192,7 +231,12 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     def per_token(x: float) -> float:
         return x / sample_tokens if sample_tokens else 0.0
 
-    rows = scaled(tokens, per_token(post["n_examples"]))
+    if plan.mode in ONE_ROW_PER_RECORD:
+        # A row per record kept: counted record by record. The rows per token of the sample job would be biased
+        # where the draw favours long records (by byte), and long ones are the ones a row drops.
+        rows = combine(s for per in strata["kept"] for s in per)
+    else:
+        rows = scaled(tokens, per_token(post["n_examples"]))
     files_per = config.files_per_record if config.num_output_files is None else None
     file_range = tuple(config.num_output_files if files_per is None else math.ceil(x / files_per)
                        for x in (rows.low, rows.value, rows.high))
@@ -211,7 +255,20 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
                     time.perf_counter() - started + startup, startup, tuple(notes))
 
 
-def _by_byte(plan, f, size: int, fraction: float, seed: int, work: str, target: str) -> tuple:
+class _Counter:
+    """(1, its tokens) for a record the job would use, (0, 0) for one it would not (a bad record, or one the
+    reader's check refuses)."""
+
+    def __init__(self, check, tokens: _Tokens):
+        self._check, self._tokens = check, tokens
+
+    def __call__(self, records: list) -> list[tuple[int, int]]:
+        docs = [_checked(self._check, r) if isinstance(r, Document) else None for r in records]
+        tokens = iter(self._tokens([d for d in docs if d is not None]))
+        return [(0, 0) if d is None else (1, next(tokens)) for d in docs]
+
+
+def _by_byte(plan, count: _Counter, f, size: int, fraction: float, seed: int, work: str, target: str) -> tuple:
     """A file sampled by byte: (its documents' stratum, its tokens' stratum, the tokens its share of the job on
     the sample holds), that share written to `target`."""
     draws = draw_lines(f.path, size, math.ceil(fraction * size), seed, f.relpath)
@@ -222,8 +279,8 @@ def _by_byte(plan, f, size: int, fraction: float, seed: int, work: str, target: 
     records = list(read_records(drawn, plan.keys, plan.max_record_bytes, txt_lines=plan.txt_lines))
     if len(records) != len(draws.lines):
         raise RuntimeError(f"estimate: {len(draws.lines)} lines drawn from {f.path}, {len(records)} records read back")
-    tokens = iter(_doc_tokens(plan, [r for r in records if isinstance(r, Document)]))
-    per_line = [(1, next(tokens)) if isinstance(r, Document) else (0, 0) for r in records]
+    per_line = count(records)
+    kept = [int(t > 0) for _, t in per_line]
     # The job on the sample gets the first draws up to the file's share of the budget (a file smaller than its
     # minimum of draws would otherwise weigh more than its bytes in the ratios).
     share = int(np.searchsorted(np.cumsum(draws.lengths), fraction * size)) + 1
@@ -234,10 +291,11 @@ def _by_byte(plan, f, size: int, fraction: float, seed: int, work: str, target: 
     # about the short ones), times the share of drawn lines that are documents.
     good = sum(x[0] for x in per_line) / len(per_line) if per_line else 0.0
     return (by_bytes(size, draws.window_bytes, [n * good for n in draws.window_ends]),
-            by_bytes(size, draws.lengths, [x[1] for x in per_line]), sum(t for _, t in per_line[:share]))
+            by_bytes(size, draws.lengths, [x[1] for x in per_line]), by_bytes(size, draws.lengths, kept),
+            sum(t for _, t in per_line[:share]))
 
 
-def _by_coin(plan, f, fraction: float, seed: int, target: str) -> tuple:
+def _by_coin(plan, count: _Counter, f, fraction: float, seed: int, target: str) -> tuple:
     """A file read whole, its records kept by a coin: as `_by_byte`, the kept records written to `target`."""
     kept, probabilities, n_docs, chars = [], [], 0, 0
     os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -250,10 +308,17 @@ def _by_coin(plan, f, fraction: float, seed: int, target: str) -> tuple:
             if p:
                 kept.append(record)
                 probabilities.append(p)
-                out.write(_json_line(plan.keys, record) + b"\n")
-    tokens = _doc_tokens(plan, kept)
-    return (Stratum(float(n_docs), 0.0, math.inf),
-            by_poisson(tokens, probabilities, [sum(map(len, d.values)) for d in kept], chars), sum(tokens))
+                out.write(_json_line(plan.keys, record) + b"\n")  # as read: the job on the sample checks it
+    counted = count(kept)
+    tokens = [t for _, t in counted]
+    used = [d for d, _ in counted]
+    # The documents: every one read, exactly, unless the reader's check refuses some; then the kept ones' share
+    # of good records, as a ratio to their number (each record a size of 1).
+    documents = Stratum(float(n_docs), 0.0, math.inf) if all(used) else by_poisson(
+        used, probabilities, [1.0] * len(used), float(n_docs))
+    kept_rows = [int(t > 0) for t in tokens]
+    return (documents, by_poisson(tokens, probabilities, [sum(map(len, d.values)) for d in kept], chars),
+            by_poisson(kept_rows, probabilities, [1.0] * len(kept_rows), float(n_docs)), sum(tokens))
 
 
 def _largest_total(spec, per_source: dict) -> Interval:

@@ -76,14 +76,14 @@ def corpus(tmp_path_factory) -> Path:
 def _truth(corpus: Path) -> int:
     from pipelines.config import load_config
     from pipelines.create_hdf5_dataset import plan_job
-    from pipelines.estimate import _doc_tokens
+    from pipelines.estimate import _Tokens
     from transforms.core.records import Document
     from transforms.io.readers import read_records
 
     config, _ = load_config(["LMData", "--input_dir", str(corpus), *TOKENIZER])
     plan = plan_job(config)
     docs = [r for f in plan.files for r in read_records(f.path, plan.keys) if isinstance(r, Document)]
-    return sum(_doc_tokens(plan, docs))
+    return sum(_Tokens(plan)(docs))
 
 
 def test_the_token_interval_holds_the_truth_as_often_as_it_says(corpus):
@@ -157,3 +157,52 @@ def test_a_mixtures_availability_and_largest_total(corpus, tmp_path):
     for name, interval in e.per_source.items():
         assert _near(interval, real["sources"][name]["tokens_available"]), name
     assert _near(e.mixture_total, real["total_tokens_target"])
+
+
+@pytest.mark.parametrize("mode", ["Chat", "DPO"])
+def test_chat_records_are_counted_as_their_template_renders_them(tmp_path, mode):
+    """Conversations (a .jsonl drawn by byte and a .jsonl.zst kept by coin), some too long for a row, some refused
+    by the reader's check: the estimate's tokens are the template's tokens of the records the job keeps."""
+    import zstandard
+
+    from pipelines.config import load_config
+    from pipelines.estimate import estimate
+
+    qwen = require_shared(SHARED / "tokenizers" / "qwen2.5-instruct")
+    rng = np.random.default_rng(5)
+    words = ["alpha", "βeta", "γάμμα", "delta", "日本語", "naïve", "x", "the", "of", "and"]
+
+    def text(lo, hi):
+        return " ".join(rng.choice(words, int(rng.integers(lo, hi))))
+
+    lines = []
+    for i in range(1500):
+        if mode == "DPO":
+            record = {"prompt": text(2, 40), "chosen": text(1, 30), "rejected": "no " + text(1, 30)}
+        else:
+            record = {"messages": [m for t in range(int(rng.integers(1, 4))) for m in (
+                {"role": "user", "content": text(1, 30 if i % 9 else 300)},
+                {"role": "assistant", "content": text(1, 30)})]}
+        if i % 50 == 7:  # refused by the reader's check: a role the template does not know / no chosen side
+            record = {"messages": [{"role": "narrator", "content": "x"}]} if mode == "Chat" else {"prompt": "q"}
+        lines.append(json.dumps(record, ensure_ascii=False).encode() + b"\n")
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_bytes(b"".join(lines[::2]))
+    (tmp_path / "in" / "b.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(b"".join(lines[1::2])))
+    common = ["--tokenizer_type", "HuggingFaceTokenizer", "--huggingface_tokenizer", str(qwen),
+              "--max_seq_length", "256", *(["--prompt_key", "prompt"] if mode == "DPO" else [])]
+    config, _ = load_config([mode, "--input_dir", str(tmp_path / "in"), "--output_dir", str(tmp_path / "never"),
+                             *common])
+    e = estimate(config, "25%", 0)
+    assert not (tmp_path / "never").exists()
+    # The truth: a one-source mixture counts exactly the tokens of the records it could take.
+    mixture = json.dumps([{"source": str(tmp_path / "in"), "weight": 1}])
+    params = run_job([mode, "--mixture", mixture, "--output_dir", str(tmp_path / "out"), *common,
+                      "--display_pbar", "False"])
+    inp = params["input"]
+    assert inp["bad"] > 0 and (mode == "DPO" or inp["dropped_by_reason"]["too_long"] > 0)
+    truth = sum(s["tokens_available"] for s in params["mixture"]["sources"].values())
+    assert _near(e.tokens, truth), (e.tokens, truth)
+    assert _near(e.documents, inp["good"]), (e.documents, inp)
+    assert _near(e.rows, params["post-process"]["n_examples"]), (e.rows, params["post-process"])
+    assert e.tokens.relative < 0.2

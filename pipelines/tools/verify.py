@@ -201,7 +201,8 @@ def _verify_split_job(out_dir: str, summary: dict, **flags) -> VerifyResult:
     inp = summary.get("input", {})
     res.problems += [f"{PARAMS_FILE}: {p}" for p in check_accounting(inp)] if inp else []
     if inp and isinstance(summary.get("mixture"), dict):  # a mixture's plan is the job's, its section the summary's
-        res.problems += [f"{PARAMS_FILE}: {p}" for p in check_mixture(summary["mixture"], inp)]
+        res.problems += [f"{PARAMS_FILE}: {p}" for p in check_mixture(summary["mixture"], inp,
+                                                                      encoded=res.mode in (V.CHAT, V.CHAT_VSL, V.DPO))]
     if inp and documents != inp["good"]:
         res.problems.append(f"{PARAMS_FILE}: the outputs hold {documents} documents, the job read {inp['good']} "
                             "good ones")

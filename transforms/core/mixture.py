@@ -171,11 +171,14 @@ def document_hash(values: Sequence[np.ndarray], key: bytes) -> int:
     return int.from_bytes(h.digest(), "big")
 
 
-def batch_hashes(tokens: Sequence[tuple], seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(hashes uint64, token counts int64) of a batch's documents (tuples of per-key id arrays)."""
+def batch_hashes(tokens: Sequence[tuple], seed: int,
+                 counts: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+    """(hashes uint64, token counts int64) of a batch's documents (tuples of per-key id arrays); `counts`, when
+    the batch knows its own (a DPO pair counts its prompt twice), else every key's ids."""
     key = hash_key(MIXTURE_KEY, seed)
     hashes = np.fromiter((document_hash(doc, key) for doc in tokens), dtype=np.uint64, count=len(tokens))
-    counts = np.fromiter((sum(len(ids) for ids in doc) for doc in tokens), dtype=np.int64, count=len(tokens))
+    if counts is None:
+        counts = np.fromiter((sum(len(ids) for ids in doc) for doc in tokens), dtype=np.int64, count=len(tokens))
     return hashes, counts
 
 
@@ -371,14 +374,13 @@ REPEATS = "docs_repeated"  # copies of documents past their first: documents the
 
 
 def select_batch(batch, plan: MixturePlan, source: int, n_files: int, hashes: np.ndarray, counts: np.ndarray) -> list:
-    """A TokenBatch of one source -> the batches the mixture makes of it: its documents taken at least once
+    """A TokenBatch (or EncodedBatch) of one source -> the batches the mixture makes of it: its documents taken at least once
     (the group itself), then per further copy k the documents taken more than k times, as a group of their own.
 
     A copy is a group of its own so that everything after sees distinct documents: its own packing (never
     two copies of a document in one row), shuffle keys, FIM and short_seq_prob draws, all seeded by its name.
     The group keeps the statistics of its reading; a copy counts only its documents, as repeats.
     """
-    from transforms.core.records import TokenBatch
     from transforms.core.stats import Stats
 
     name = plan.sources[source].name
@@ -394,15 +396,13 @@ def select_batch(batch, plan: MixturePlan, source: int, n_files: int, hashes: np
     # Every copy group the source can have, empty ones too: a resume skips a group only when all are stored.
     for k in range(plan.groups_of(source)):
         keep = np.flatnonzero(times > k)
-        tokens = [batch.tokens[i] for i in keep.tolist()]
         if k == 0:
-            whole = len(keep) == len(times)
-            out.append(TokenBatch(batch.group, tokens, stats, flat=batch.flat if whole else None))
+            out.append(batch.take(keep, batch.group, stats))
             continue
         copy_stats = Stats()
         copy_stats.add(REPEATS, len(keep), where)
         group = dataclasses.replace(batch.group, copy=k, file_index=batch.group.file_index + k * n_files)
-        out.append(TokenBatch(group, tokens, copy_stats))
+        out.append(batch.take(keep, group, copy_stats))
     return out
 
 
@@ -425,8 +425,9 @@ def mixture_section(summary: dict, stats) -> dict:
         counts.get(f"tokens_taken.{name}", 0) for name in sources), "sources": sources}
 
 
-def check_mixture(section: Mapping, inp: Mapping) -> list[str]:
-    """Problems with data_params.json's mixture section, against itself and the input accounting (verify)."""
+def check_mixture(section: Mapping, inp: Mapping, *, encoded: bool = False) -> list[str]:
+    """Problems with data_params.json's mixture section, against itself and the input accounting (verify);
+    `encoded`: a chat mode's (its records chosen once encoded)."""
     problems = []
     sources = section.get("sources")
     if not isinstance(sources, Mapping) or not sources:
@@ -450,12 +451,16 @@ def check_mixture(section: Mapping, inp: Mapping) -> list[str]:
                 problems.append(f"mixture.{name}.realized_share is {s['realized_share']}, its tokens make {want}")
             if s["tokens_taken"] > 0 and s["documents_taken"] == 0:
                 problems.append(f"mixture.{name}: {s['tokens_taken']} tokens taken from no document")
-        checks = (("good", sum(s["documents_available"] for s in sources.values())),
+        dropped = inp.get("dropped_by_reason", {}).get(NOT_IN_MIXTURE, 0)
+        # The chat modes choose among encoded records: those dropped while encoding (too long, ...) were never
+        # available. The text modes choose among tokenized documents, which only their rows drop.
+        before = inp.get("dropped", 0) - dropped if encoded else 0
+        checks = (("good", sum(s["documents_available"] for s in sources.values()) + before),
                   ("repeats", sum(s["repeats"] for s in sources.values())))
         for key, want in checks:
             if inp.get(key, 0) != want:
-                problems.append(f"input.{key} is {inp.get(key, 0)}, the mixture's sources make {want}")
-        dropped = inp.get("dropped_by_reason", {}).get(NOT_IN_MIXTURE, 0)
+                problems.append(f"input.{key} is {inp.get(key, 0)}, the mixture's sources make {want}"
+                                + (f" (with the {before} records dropped while encoding)" if before else ""))
         want = sum(s["documents_available"] - s["documents_taken"] for s in sources.values())
         if dropped != want:
             problems.append(f"input.dropped_by_reason.{NOT_IN_MIXTURE} is {dropped}, the mixture left {want} "

@@ -284,13 +284,52 @@ class TokenBatch:
     stats: Stats = dataclasses.field(default_factory=Stats)
     flat: Optional[np.ndarray] = None
 
+    def token_counts(self) -> np.ndarray:
+        """int64 per document: its tokens, every key's."""
+        return np.fromiter((sum(len(ids) for ids in doc) for doc in self.tokens), dtype=np.int64,
+                           count=len(self.tokens))
+
+    def take(self, keep: np.ndarray, group: GroupId, stats: Stats) -> "TokenBatch":
+        """The documents at `keep` (indices, in order) as a batch of `group` with `stats`."""
+        whole = len(keep) == len(self.tokens)
+        return TokenBatch(group, [self.tokens[i] for i in keep.tolist()], stats,
+                          flat=self.flat if whole and group == self.group else None)
+
+
+@dataclasses.dataclass
+class EncodedBatch:
+    """Encoded chat records of one packing group, before their rows are laid out.
+
+    Per record, a tuple of arrays: Chat and Chat_VSL (ids int32, trained
+    bool[, attend bool]); DPO (prompt, chosen, rejected, int32). `counts`:
+    its tokens, as the job counts them (a DPO pair's prompt twice, once per
+    side); `doc_stats`: what each record adds to the statistics once it is
+    written (tokens by role), name -> int64 per record. Kept per record so that
+    a mixture's selection and copies count exactly what they write.
+    """
+
+    group: GroupId
+    tokens: list  # list[tuple[np.ndarray, ...]]
+    stats: Stats
+    counts: np.ndarray  # int64 [n]
+    doc_stats: dict  # str -> int64 [n]
+    positions: int = 0  # the rows' positions the encoder told the progress bar (the row stage settles it)
+
+    def token_counts(self) -> np.ndarray:
+        return self.counts
+
+    def take(self, keep: np.ndarray, group: GroupId, stats: Stats) -> "EncodedBatch":
+        return EncodedBatch(group, [self.tokens[i] for i in keep.tolist()], stats, self.counts[keep],
+                            {k: v[keep] for k, v in self.doc_stats.items()},
+                            positions=self.positions if group == self.group else 0)
+
 
 @dataclasses.dataclass
 class MixtureBatch:
     """A TokenBatch of a mixture's source, with each document's keyed hash and token count
     (transforms.core.mixture): computed once, read by the plan's two passes and the selection."""
 
-    batch: TokenBatch  # its tokens, or (`stored`) only its group and statistics
+    batch: TokenBatch  # (or EncodedBatch) its tokens, or (`stored`) only its group and statistics
     source: int  # the mixture source's index
     hashes: np.ndarray  # uint64 per document
     counts: np.ndarray  # int64 per document: its tokens, every key's

@@ -945,7 +945,7 @@ def check_stats(params: Mapping, counts: Mapping[str, int], spec: DatasetSpec, *
         try:
             problems += [f"input: {p}" for p in check_accounting(inp)]
             if isinstance(params.get("mixture"), Mapping):  # a mixture's accounting against the input's
-                problems += check_mixture(params["mixture"], inp)
+                problems += check_mixture(params["mixture"], inp, encoded=spec.mode in (CHAT, CHAT_VSL, DPO))
             # A mixture's repeats are used (or dropped) like documents, but are not documents of the input.
             repeats = inp.get("repeats", 0)
             for post_key, in_key, want in (("processed_files", "good", inp["good"]),

@@ -23,7 +23,8 @@ from apache_beam import coders
 from apache_beam.coders.coders import FastCoder
 from apache_beam.coders.coder_impl import CallbackCoderImpl
 
-from transforms.core.records import DocBatch, EncodedBlock, MixtureBatch, RowBlock, TokenBatch, WindowBlock
+from transforms.core.records import (DocBatch, EncodedBatch, EncodedBlock, MixtureBatch, RowBlock, TokenBatch,
+                                     WindowBlock)
 
 __all__ = ["BatchCoder", "estimate_bytes"]
 
@@ -73,5 +74,5 @@ class BatchCoder(FastCoder):
         return hash(type(self))
 
 
-for _cls in (DocBatch, TokenBatch, MixtureBatch, RowBlock, WindowBlock, EncodedBlock):
+for _cls in (DocBatch, TokenBatch, EncodedBatch, MixtureBatch, RowBlock, WindowBlock, EncodedBlock):
     coders.registry.register_coder(_cls, BatchCoder)

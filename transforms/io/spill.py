@@ -151,17 +151,26 @@ _TOKENS = ".tokens.npz"
 
 
 def spill_tokens(directory: str, batch) -> SpillRef:
-    """A TokenBatch's ids, key by key as one flat int32 array and each document's length, under the group's key
-    (with a `tokens` suffix: a group's rows may be stored beside it). Its statistics travel with the reference."""
+    """A TokenBatch's (or EncodedBatch's) arrays, key by key as one flat array and each document's length, under
+    the group's key (with a `tokens` suffix: a group's rows may be stored beside it); an EncodedBatch's counts
+    too. Its statistics travel with the reference."""
+    from transforms.core.records import EncodedBatch
+
     fs.makedirs(directory)
     ref = SpillRef(directory, _key(batch.group) + ".t")
     keys = len(batch.tokens[0]) if batch.tokens else 0
     arrays = {}
     for k in range(keys):
         column = [doc[k] for doc in batch.tokens]
-        arrays[f"flat{k}"] = batch.flat if k == 0 and batch.flat is not None else (
-            np.concatenate(column).astype(np.int32, copy=False) if column else np.zeros(0, np.int32))
+        # Ids are int32; a chat record's masks stay bool.
+        arrays[f"flat{k}"] = batch.flat if k == 0 and getattr(batch, "flat", None) is not None else (
+            np.concatenate(column) if column[0].dtype == bool else np.concatenate(column).astype(np.int32,
+                                                                                                copy=False))
         arrays[f"lengths{k}"] = np.fromiter((len(a) for a in column), dtype=np.int64, count=len(column))
+    if isinstance(batch, EncodedBatch):
+        arrays["counts"] = batch.counts
+        arrays["positions"] = np.int64(batch.positions)
+        arrays.update({"stat." + name: v for name, v in batch.doc_stats.items()})
 
     def write(f):
         np.savez(f, keys=np.int64(keys), docs=np.int64(len(batch.tokens)), **arrays)
@@ -171,9 +180,9 @@ def spill_tokens(directory: str, batch) -> SpillRef:
 
 
 def load_tokens(ref: SpillRef, group: GroupId, stats: Stats):
-    """The TokenBatch `spill_tokens` stored (its documents' arrays are views into one flat array per key). The file
+    """The batch `spill_tokens` stored (its documents' arrays are views into one flat array per key). The file
     stays until the job's temporary directory goes: a retried bundle reads it again."""
-    from transforms.core.records import TokenBatch
+    from transforms.core.records import EncodedBatch, TokenBatch
 
     data = np.load(io.BytesIO(fs.read_bytes(ref.path(_TOKENS))))
     keys, n = int(data["keys"]), int(data["docs"])
@@ -184,4 +193,7 @@ def load_tokens(ref: SpillRef, group: GroupId, stats: Stats):
         ends = np.cumsum(data[f"lengths{k}"]).tolist()
         columns.append([flat[a:b] for a, b in zip([0] + ends[:-1], ends)])
     tokens = list(zip(*columns)) if keys else [() for _ in range(n)]
+    if "counts" in data.files:
+        doc_stats = {name[len("stat."):]: data[name] for name in data.files if name.startswith("stat.")}
+        return EncodedBatch(group, tokens, stats, data["counts"], doc_stats, positions=int(data["positions"]))
     return TokenBatch(group, tokens, stats, flat=flat0)

@@ -1,4 +1,11 @@
-"""EncodeConversations: DocBatch of Chat / Chat_VSL / DPO records -> rows, with the template loaded once per worker."""
+"""The chat modes' two stages, with the template loaded once per worker:
+
+    DocBatch ─EncodeConversations─► EncodedBatch ─(a mixture's selection)─► BuildChatRows ─► WindowBlock
+
+Encoding and laying out rows are apart so that a mixture can choose among
+encoded records: a chat record's tokens are only known once the template has
+rendered it.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +15,11 @@ from typing import Optional
 
 import apache_beam as beam
 
-from transforms.core.chat.batch import ChatConfig, conversation_batch, dpo_batch
+from transforms.core.chat.batch import ChatConfig, conversation_rows, dpo_rows, encode_conversations, encode_pairs
 from transforms.core.chat.encode import ChatEncoder
 from transforms.core.chat.template import ChatRenderer
 from transforms.core.memory import release_free_memory
-from transforms.core.records import PerPart, WindowBlock, for_group
+from transforms.core.records import EncodedBatch, PerPart, WindowBlock, for_group
 from transforms.core.stats import PROGRESS_BYTES
 from transforms.core.threads import limit_native_threads
 from transforms.core.timing import TIME_PREFIX
@@ -20,7 +27,7 @@ from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.io import progress
 from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
-__all__ = ["EncodeConversations"]
+__all__ = ["EncodeConversations", "BuildChatRows"]
 
 
 class _EncodeConversationsFn(beam.DoFn):
@@ -44,19 +51,28 @@ class _EncodeConversationsFn(beam.DoFn):
         progress.expect(batch.group.name, batch.progress_bytes)
         documents = len(batch.docs)
         config = for_group(self._config, batch.group)
-        build = dpo_batch if config.dpo else conversation_batch
+        encode = encode_pairs if config.dpo else encode_conversations
         with progress.working("chat"):
             encoder = _Reporting(self._encoder, batch, config)
-            out = build(batch, encoder, config)
+            out = encode(batch, encoder, config)
             encoder.flush()
-            # The rows are laid out: what the encoder will compress is their positions, not the estimate.
-            progress.count("positions", len(out) * config.max_seq_length - encoder.positions)
+            out.positions = encoder.positions
             progress.done("chat", batch.progress_bytes - encoder.reported)
         progress.count("documents", documents)
         out.stats.totals[TIME_PREFIX + "tokenize"] += int((time.perf_counter() - started) * 1000)
         out.stats.totals[PROGRESS_BYTES] += batch.progress_bytes  # the encoder counts it for a remote job's bar
         release_free_memory()
         yield out
+
+
+def _build_rows(encoded: EncodedBatch, config: ChatConfig | PerPart):
+    started = time.perf_counter()
+    config = for_group(config, encoded.group)
+    out = (dpo_rows if config.dpo else conversation_rows)(encoded, config)
+    # The rows are laid out: what the encoder will compress is their positions, not the estimate.
+    progress.count("positions", len(out) * config.max_seq_length - encoded.positions)
+    out.stats.totals[TIME_PREFIX + "tokenize"] += int((time.perf_counter() - started) * 1000)
+    return out
 
 
 class _Reporting:
@@ -116,12 +132,12 @@ class _Reporting:
 
 
 class EncodeConversations(beam.PTransform):
-    """PCollection[DocBatch] -> PCollection[WindowBlock] of rows built a batch at a time when they are encoded
-    (Chat: [n, 3, msl]; Chat_VSL: [n, 5, msl]; DPO: [n, 6, msl]).
+    """PCollection[DocBatch] -> PCollection[EncodedBatch]: per kept record, its token arrays (Chat, Chat_VSL: ids,
+    trained[, attend]; DPO: prompt, chosen, rejected).
 
     Normalizes the contents, renders each record with the chat template,
     tokenizes it (special-token text inside a message is plain text) and
-    builds its rows; drops are counted by reason in the batch's stats.
+    fits it to its row; drops are counted by reason in the batch's stats.
     """
 
     def __init__(self, config: ChatConfig | PerPart, tokenizer_files: TokenizerFiles, *,
@@ -130,4 +146,17 @@ class EncodeConversations(beam.PTransform):
         self._fn = _EncodeConversationsFn(config, tokenizer_files, process_cpus)
 
     def expand(self, batches):
-        return batches | "Encode" >> beam.ParDo(self._fn).with_output_types(WindowBlock)
+        return batches | "Encode" >> beam.ParDo(self._fn).with_output_types(EncodedBatch)
+
+
+class BuildChatRows(beam.PTransform):
+    """PCollection[EncodedBatch] -> PCollection[WindowBlock] of rows built a batch at a time when they are encoded
+    (Chat: [n, 3, msl]; Chat_VSL: [n, 5, msl], conversations packed; DPO: [n, 6, msl]); the records written are
+    counted here (documents used, tokens by role), so that a mixture's copies count as what they are."""
+
+    def __init__(self, config: ChatConfig | PerPart):
+        super().__init__()
+        self._config = config
+
+    def expand(self, encoded):
+        return encoded | "LayOut" >> beam.Map(_build_rows, self._config).with_output_types(WindowBlock)

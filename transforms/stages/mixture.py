@@ -21,7 +21,7 @@ import numpy as np
 
 from transforms.core.mixture import (Histogram, MixturePlan, MixtureSpec, batch_hashes, bucket_of, coarse_plan,
                                      refine_plan, select_batch)
-from transforms.core.records import MixtureBatch, TokenBatch
+from transforms.core.records import EncodedBatch, MixtureBatch, TokenBatch
 from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 from transforms.io.intermediate import KeepMixturePlan
 from transforms.io.spill import load_tokens, spill_tokens
@@ -29,8 +29,9 @@ from transforms.io.spill import load_tokens, spill_tokens
 __all__ = ["SelectMixture"]
 
 
-def _hash(batch: TokenBatch, source_of_file: tuple, seed: int, directory: Optional[str]) -> MixtureBatch:
-    hashes, counts = batch_hashes(batch.tokens, seed)
+def _hash(batch: TokenBatch | EncodedBatch, source_of_file: tuple, seed: int,
+          directory: Optional[str]) -> MixtureBatch:
+    hashes, counts = batch_hashes(batch.tokens, seed, batch.token_counts())
     source = source_of_file[batch.group.file_index]
     if directory is None:
         return MixtureBatch(batch, source, hashes, counts)
@@ -76,17 +77,19 @@ def _select(m: MixtureBatch, plan, n_files: int):
 
 
 class SelectMixture(beam.PTransform):
-    """PCollection[TokenBatch] -> (PCollection[TokenBatch] of the mixture, PCollection of its plan's summary).
+    """PCollection[TokenBatch] -> (PCollection[TokenBatch] of the mixture, PCollection of its plan's summary);
+    or EncodedBatch in, EncodedBatch out (the chat modes, whose tokens the template decides).
 
     `source_of_file[i]`: the mixture source of input file i; `n_files`: the job's input files (a copy's
     group takes a file index past them).
     """
 
     def __init__(self, spec: MixtureSpec, source_of_file: tuple, n_files: int, *, keep_plan: Optional[str] = None,
-                 plan: Optional[MixturePlan] = None, storage_dir: Optional[str] = None):
+                 plan: Optional[MixturePlan] = None, storage_dir: Optional[str] = None, encoded: bool = False):
         """keep_plan: where the plan is written before any document is selected by it (a resumable job);
         plan: the plan an interrupted run kept, used instead of counting again (its stored groups are not read);
-        storage_dir: where the tokenized groups wait for the plan (None: in the runner, in memory locally).
+        storage_dir: where the tokenized groups wait for the plan (None: in the runner, in memory locally);
+        encoded: the batches are EncodedBatch (chat records), not TokenBatch.
         """
         super().__init__()
         self._storage_dir = storage_dir
@@ -95,6 +98,7 @@ class SelectMixture(beam.PTransform):
         self._n_files = n_files
         self._keep_plan = keep_plan
         self._plan = plan
+        self._type = EncodedBatch if encoded else TokenBatch
 
     def expand(self, batches):
         spec = self._spec
@@ -112,7 +116,7 @@ class SelectMixture(beam.PTransform):
             if self._keep_plan:
                 plan = plan | "KeepPlan" >> KeepMixturePlan(self._keep_plan)
         selected = hashed | "Select" >> beam.FlatMap(
-            _select, beam.pvalue.AsSingleton(plan), self._n_files).with_output_types(TokenBatch)
+            _select, beam.pvalue.AsSingleton(plan), self._n_files).with_output_types(self._type)
         return selected, plan | "Summary" >> beam.Map(lambda p: p.summary())
 
 

@@ -25,14 +25,15 @@ from typing import Optional
 
 import numpy as np
 
-from transforms.core.chat.dpo import dpo_example, dpo_row, encode_dpo
+from transforms.core.chat.dpo import EncodedDpo, dpo_example, dpo_row, encode_dpo, fit_pair
 from transforms.core.chat.encode import Conversation, EncodedChat, parse_chat, render_conversation
 from transforms.core.chat.rows import truncate
 from transforms.core.chat.template import ChatError, ChatRenderer
 from transforms.core.normalize import NormalizeConfig, normalize_text
 from transforms.core.stats import ROLE_TOKENS, ROLE_TRAINED
 
-__all__ = ["ChatConfig", "RecordCheck", "DpoRows", "conversation_batch", "dpo_batch", "DROP_TOO_SHORT"]
+__all__ = ["ChatConfig", "RecordCheck", "DpoRows", "encode_conversations", "conversation_rows", "conversation_batch",
+           "encode_pairs", "dpo_rows", "dpo_batch", "DROP_TOO_SHORT"]
 
 DROP_TOO_SHORT = "shorter_than_min_sequence_len"
 
@@ -216,34 +217,63 @@ def _account(batch, used: int, dropped: Counter, counts: Counter) -> None:
     source = batch.group.source
     stats = batch.stats
     stats.sources.setdefault(source, Counter())
-    stats.add("docs_used", used, source)
+    if used is not None:
+        stats.add("docs_used", used, source)
     for reason, n in dropped.items():
         stats.add(f"dropped.{reason}", n, source)
     for name, n in counts.items():
         stats.add(name, n, source)
 
 
-def conversation_batch(batch, encoder, cfg: ChatConfig):
-    """DocBatch of conversations -> WindowBlock of [n, 3, msl] rows (Chat) or of VSL rows (Chat_VSL)."""
-    from transforms.core.records import WindowBlock
-    from transforms.core.vsl import Segments, VslConfig, pack_segments
+def _per_record(counters: list[Counter]) -> dict:
+    """Per-record Counters -> name -> int64 per record."""
+    names = sorted(set().union(*counters)) if counters else []
+    return {name: np.fromiter((c.get(name, 0) for c in counters), dtype=np.int64, count=len(counters))
+            for name in names}
+
+
+def encode_conversations(batch, encoder, cfg: ChatConfig):
+    """DocBatch of conversations -> EncodedBatch: each kept conversation's (ids, trained[, attend]), the drops and
+    the contents' characters counted; what a record adds once written (its tokens by role) kept per record."""
+    from transforms.core.records import EncodedBatch
 
     counts: Counter = Counter()
     dropped: Counter = Counter()
-    ids, trained, attend = [], [], []  # per kept conversation: only what its rows need, not its text and offsets
+    kept, per_record = [], []  # per kept conversation: only what its rows need, not its text and offsets
     for encoded, reason in _conversations(batch.docs, encoder, cfg, counts):
         if encoded is None:
             dropped[reason] += 1
             continue
-        _count_roles(encoded, counts)
-        ids.append(encoded.ids)
-        trained.append(encoded.trained)
+        roles: Counter = Counter()
+        _count_roles(encoded, roles)
+        roles["tokens"] = len(encoded.ids)
+        per_record.append(roles)
+        arrays = (encoded.ids, encoded.trained)
         if cfg.key_padding_mask:
-            attend.append(np.ones(len(encoded.ids), bool) if encoded.attend is None else encoded.attend)
-    counts["tokens"] = sum(len(x) for x in ids)
-    _account(batch, len(ids), dropped, counts)
-    lengths = np.array([len(x) for x in ids], dtype=np.int64)
+            arrays += (np.ones(len(encoded.ids), bool) if encoded.attend is None else encoded.attend,)
+        kept.append(arrays)
+    _account(batch, None, dropped, counts)
+    lengths = np.fromiter((len(x[0]) for x in kept), dtype=np.int64, count=len(kept))
+    return EncodedBatch(batch.group, kept, batch.stats, lengths, _per_record(per_record))
+
+
+def _written(encoded) -> None:
+    """Count what the records of an EncodedBatch add once written: themselves and their per-record statistics."""
+    _account(encoded, len(encoded.tokens), Counter(),
+             Counter({name: int(v.sum()) for name, v in encoded.doc_stats.items()}))
+
+
+def conversation_rows(encoded, cfg: ChatConfig):
+    """EncodedBatch of conversations -> WindowBlock of [n, 3, msl] rows (Chat) or of VSL rows (Chat_VSL)."""
+    from transforms.core.records import WindowBlock
+    from transforms.core.vsl import Segments, VslConfig, pack_segments
+
+    _written(encoded)
+    ids = [x[0] for x in encoded.tokens]
+    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if len(ids) else np.zeros(0, np.int64)
+    trained = [x[1] for x in encoded.tokens]
+    attend = [x[2] for x in encoded.tokens] if cfg.key_padding_mask else None
     segments = Segments(
         tokens=np.concatenate(ids).astype(np.int32) if ids else np.zeros(0, np.int32),
         starts=starts.astype(np.int64), positions=lengths - 1, mask_from=np.zeros(len(ids), np.int64),
@@ -255,14 +285,19 @@ def conversation_batch(batch, encoder, cfg: ChatConfig):
     layout = VslConfig(max_seq_length=cfg.max_seq_length, pad_id=cfg.pad_id,
                        pack_sequences=vsl and cfg.pack_sequences, inverted_mask=cfg.inverted_mask)
     features = 5 if vsl else 4 if cfg.key_padding_mask else 3
-    return WindowBlock(batch.group, pack_segments(segments, layout, features=features), batch.stats)
+    return WindowBlock(encoded.group, pack_segments(segments, layout, features=features), encoded.stats)
+
+
+def conversation_batch(batch, encoder, cfg: ChatConfig):
+    """DocBatch of conversations -> WindowBlock of [n, 3, msl] rows (Chat) or of VSL rows (Chat_VSL)."""
+    return conversation_rows(encode_conversations(batch, encoder, cfg), cfg)
 
 
 class DpoRows:
     """The [n, 6, msl] rows of a group's DPO pairs, built a batch at a time (as EncodeRows asks for them)."""
 
     def __init__(self, pairs: list, cfg: ChatConfig):
-        self._pairs = pairs  # EncodedDpo, each known to fit (dpo_row made its row once)
+        self._pairs = pairs  # EncodedDpo, each already cut to fit its row (fit_pair)
         self._cfg = cfg
 
     def __len__(self) -> int:
@@ -276,9 +311,10 @@ class DpoRows:
         return np.stack(rows) if rows else np.zeros((0, 6, cfg.max_seq_length), dtype=np.int32)
 
 
-def dpo_batch(batch, encoder, cfg: ChatConfig):
-    """DocBatch of DPO records -> WindowBlock of DpoRows ([n, 6, msl] rows, built when they are encoded)."""
-    from transforms.core.records import WindowBlock
+def encode_pairs(batch, encoder, cfg: ChatConfig):
+    """DocBatch of DPO records -> EncodedBatch of (prompt, chosen, rejected) ids, each pair known to fit its row;
+    a pair's tokens (as its row holds them: cut to fit) count its prompt twice, once per side."""
+    from transforms.core.records import EncodedBatch
 
     counts: Counter = Counter()
     dropped: Counter = Counter()
@@ -290,12 +326,25 @@ def dpo_batch(batch, encoder, cfg: ChatConfig):
                             for r in (example.chosen, example.rejected))
         try:
             encoded = encode_dpo(encoder, example._replace(prompt=prompt, chosen=chosen, rejected=rejected))
-            dpo_row(encoded, max_seq_length=cfg.max_seq_length, pad_id=cfg.pad_id,  # does the pair fit?
-                    max_prompt_length=cfg.max_prompt_length, inverted_mask=cfg.inverted_mask)
+            # As its row will hold it: what a mixture and the statistics count is what is written.
+            encoded = fit_pair(encoded, max_seq_length=cfg.max_seq_length, max_prompt_length=cfg.max_prompt_length)
         except ChatError as e:
             dropped[e.reason] += 1
             continue
-        counts["tokens"] += len(encoded.prompt) * 2 + len(encoded.chosen) + len(encoded.rejected)
-        pairs.append(encoded)
-    _account(batch, len(pairs), dropped, counts)
-    return WindowBlock(batch.group, DpoRows(pairs, cfg), batch.stats)
+        pairs.append((encoded.prompt, encoded.chosen, encoded.rejected))
+    _account(batch, None, dropped, counts)
+    tokens = np.fromiter((len(p) * 2 + len(c) + len(r) for p, c, r in pairs), dtype=np.int64, count=len(pairs))
+    return EncodedBatch(batch.group, pairs, batch.stats, tokens, {"tokens": tokens.copy()})
+
+
+def dpo_rows(encoded, cfg: ChatConfig):
+    """EncodedBatch of DPO pairs -> WindowBlock of DpoRows ([n, 6, msl] rows, built when they are encoded)."""
+    from transforms.core.records import WindowBlock
+
+    _written(encoded)
+    return WindowBlock(encoded.group, DpoRows([EncodedDpo(*p) for p in encoded.tokens], cfg), encoded.stats)
+
+
+def dpo_batch(batch, encoder, cfg: ChatConfig):
+    """DocBatch of DPO records -> WindowBlock of DpoRows ([n, 6, msl] rows, built when they are encoded)."""
+    return dpo_rows(encode_pairs(batch, encoder, cfg), cfg)

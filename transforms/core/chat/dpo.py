@@ -57,7 +57,7 @@ from transforms.core.chat.encode import ChatEncoder, Conversation, parse_convers
 from transforms.core.chat.template import ChatError
 from transforms.core.features import DPO_FEATURES
 
-__all__ = ["DPO_FEATURES", "DpoExample", "EncodedDpo", "dpo_example", "encode_dpo", "dpo_row",
+__all__ = ["DPO_FEATURES", "DpoExample", "EncodedDpo", "dpo_example", "encode_dpo", "dpo_row", "fit_pair",
            "transcript_messages"]
 
 
@@ -173,9 +173,10 @@ def encode_dpo(encoder: ChatEncoder, example: DpoExample) -> EncodedDpo:
     return EncodedDpo(prompts[0], responses[0], responses[1])
 
 
-def dpo_row(encoded: EncodedDpo, *, max_seq_length: int, pad_id: int, max_prompt_length: int = 512,
-            inverted_mask: bool = False) -> np.ndarray:
-    """int32 [6, msl] (see the module docstring), or ChatError("too_long")."""
+def fit_pair(encoded: EncodedDpo, *, max_seq_length: int, max_prompt_length: int = 512) -> EncodedDpo:
+    """The pair as its row holds it: when prompt and response do not fit, the prompt's last max_prompt_length
+    tokens and the responses cut to the room left; ChatError("too_long") or ("identical_responses") when no row
+    can be made of it."""
     msl = max_seq_length
     prompt, sides = encoded.prompt, [encoded.chosen, encoded.rejected]
     if len(prompt) + max(map(len, sides)) > msl:
@@ -189,6 +190,15 @@ def dpo_row(encoded: EncodedDpo, *, max_seq_length: int, pad_id: int, max_prompt
     if np.array_equal(sides[0], sides[1]):
         cut = "" if len(sides[0]) == len(encoded.chosen) == len(encoded.rejected) else " once cut to fit the row"
         raise ChatError("identical_responses", f"the chosen and the rejected response have the same tokens{cut}")
+    return EncodedDpo(prompt, sides[0], sides[1])
+
+
+def dpo_row(encoded: EncodedDpo, *, max_seq_length: int, pad_id: int, max_prompt_length: int = 512,
+            inverted_mask: bool = False) -> np.ndarray:
+    """int32 [6, msl] (see the module docstring), or ChatError("too_long")."""
+    msl = max_seq_length
+    fitted = fit_pair(encoded, max_seq_length=msl, max_prompt_length=max_prompt_length)
+    prompt, sides = fitted.prompt, [fitted.chosen, fitted.rejected]
     row = np.zeros((6, msl), dtype=np.int32)
     for k, response in enumerate(sides):
         s = np.concatenate([prompt, response])
