@@ -77,7 +77,9 @@ bench: install
 
 # ftfy.fix_text against transforms.core.fast_ftfy per script, one core, outputs compared.
 # BENCH_FTFY_ARGS="--limit-docs 2000" for a quick look.
-# The estimate's 95% intervals over 40 seeded 1% samples of each bench corpus, and its time against the job's.
+# The estimate's 95% intervals over 40 seeded 1% samples of each bench corpus and of 1 GB made from them, and its
+# time against the job's (on the small corpora start-up dominates both; the 1 GB row shows the share at scale).
+BENCH_ESTIMATE_ARGS ?= --large-gb 1
 bench-estimate: install
 	$(PY) benchmarks/estimate_calibration.py $(BENCH_ESTIMATE_ARGS)
 

@@ -15,6 +15,7 @@ runs it, so that lines are drawn by byte):
    its figures against the job's.
 
     python benchmarks/estimate_calibration.py [--trials 40] [--sample 1%] [--corpora en_natural,code,...]
+                                              [--large-gb 1]
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--sample", default="1%")
     parser.add_argument("--corpora", default="en_natural,code,multilingual_natural")
+    parser.add_argument("--large-gb", type=float, default=0,
+                        help="also this many GB made from the bench corpora (bench.py's --large-gb input): the "
+                             "estimate's share of a job's time where start-up no longer dominates")
     args = parser.parse_args()
     from pipelines.config import load_config
     from pipelines.estimate import estimate
@@ -94,12 +98,18 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench_estimate_"))
     rows = []
     try:
-        for name in args.corpora.split(","):
+        names = [n for n in args.corpora.split(",") if n] + ([f"{args.large_gb:g}GB"] if args.large_gb else [])
+        for name in names:
             corpus = BENCH / f"{name}.jsonl.zst"
-            if not corpus.exists():
+            if name.endswith("GB"):
+                from benchmarks.bench import prepare_large
+
+                input_dir = prepare_large(sorted(BENCH.glob("*.jsonl.zst")), args.large_gb, work / name)
+            elif not corpus.exists():
                 print(f"{corpus} not found (it lives in ../shared/corpora/bench)", file=sys.stderr)
                 return 2
-            input_dir = _decompress(corpus, work / name)
+            else:
+                input_dir = _decompress(corpus, work / name)
             truth = _truth(input_dir)
             config, _ = load_config(["LMData", "--input_dir", str(input_dir), "--output_dir", str(work / "none"),
                                      *TOKENIZER])
