@@ -53,7 +53,7 @@ def _decompress(corpus: Path, out_dir: Path) -> Path:
 
 def _truth(input_dir: Path) -> int:
     from pipelines.config import load_config
-    from pipelines.create_hdf5_dataset import plan_job
+    from pipelines.plan import plan_job
     from pipelines.estimate import _Tokens
     from transforms.core.records import Document
     from transforms.io.readers import read_records

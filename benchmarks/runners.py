@@ -47,7 +47,7 @@ GPT2 = ROOT / "data" / "tokenizers" / "gpt2"
 PLANNED = """
 import json, sys
 from pipelines.config import load_config
-from pipelines.create_hdf5_dataset import launch
+from pipelines.job import launch
 launch(*load_config(sys.argv[2:]), json.loads(sys.argv[1])).result.wait_until_finish()
 """
 

@@ -232,7 +232,7 @@ def step_graph(s: dict) -> str:
     except ImportError:
         return "skipped: apache-beam[gcp] is not installed"
     from pipelines.config import load_config
-    from pipelines.create_hdf5_dataset import launch
+    from pipelines.job import launch
 
     gpt2 = ROOT / "data" / "tokenizers" / "gpt2"
     with tempfile.TemporaryDirectory() as tmp:

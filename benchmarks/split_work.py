@@ -31,7 +31,7 @@ GPT2 = ROOT / "data" / "tokenizers" / "gpt2"
 _CHILD = """
 import json, sys
 from pipelines.config import load_config
-from pipelines.create_hdf5_dataset import run
+from pipelines.job import run
 argv, changes = json.loads(sys.argv[1])
 config, beam_args = load_config(argv)
 run(config, beam_args, changes)

@@ -53,7 +53,7 @@ class _SaidAgainFilter(logging.Filter):
 
 def drop_errors_said_again(*types: type) -> None:
     """Beam's DoFn runner logs an exception with its traceback before re-raising it; for these types the command
-    prints the one line that says what to change (pipelines.create_hdf5_dataset.run), so the log is dropped."""
+    prints the one line that says what to change (pipelines.job.run), so the log is dropped."""
     logger = logging.getLogger("apache_beam.runners.common")
     if not any(isinstance(f, _SaidAgainFilter) for f in logger.filters):
         logger.addFilter(_SaidAgainFilter(types))

@@ -18,7 +18,7 @@ What is kept from 2.10, and why:
 
 What is refused before any data is read, naming the key: multimodal,
 embedding, MLM/BERT and custom token generators, and settings whose meaning
-this tool does not implement yet (README, "Coming from Cerebras 2.10"). Keys that only tune 2.10's own machinery
+this tool does not implement yet (docs/guides/cerebras-210.md). Keys that only tune 2.10's own machinery
 (read/write chunk sizes, RAM share) are accepted and have no effect: the
 notices say so.
 """
@@ -30,7 +30,7 @@ import hashlib
 import json
 from typing import Any, Optional
 
-from pipelines.config import SETTINGS, ConfigError  # config.py imports this module only inside load_config
+from pipelines.settings import SETTINGS, ConfigError
 from transforms.core.hooks210 import BUILTIN_HOOKS
 from transforms.core.hooks210 import REQUIRED_KWARGS, check_hook_kwargs
 from transforms.io.hf_datasets import check_options
@@ -477,7 +477,7 @@ def _truncation(truncate: Any, notices: list) -> str:
         how = "keep_end"
     if "max_turn_length" in truncate:
         notices.append("dataset.truncate_to_msl.max_turn_length: no per-turn floor here: the prompt (user turns, "
-                       "longest first) is cut before the answer (README: Chat, Summarization)")
+                       "longest first) is cut before the answer (docs/guides/chat.md, docs/guides/modes.md)")
     return how
 
 

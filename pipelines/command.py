@@ -2,7 +2,7 @@
 
 What only a process's first lines can set is in `pipelines.process`; here it
 runs before `pipelines.create_hdf5_dataset` (and with it numpy and Beam) is
-imported.
+imported, and hands the command the flags it parsed.
 """
 
 from pipelines import process
@@ -11,10 +11,10 @@ __all__ = ["cli", "preprocess_data"]
 
 
 def cli() -> None:
-    process.prepare()
+    head_start = process.prepare()
     from pipelines.create_hdf5_dataset import cli as run_command
 
-    run_command()
+    run_command(head_start)
 
 
 def preprocess_data() -> None:

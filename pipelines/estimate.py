@@ -32,7 +32,9 @@ from typing import Optional
 
 import numpy as np
 
-from pipelines.config import Config, ConfigError, SUMMARIZATION_MODES, FIM, load_config
+from pipelines.config import (DEFAULT_SAMPLE, FIM, SUMMARIZATION_MODES, Config, ConfigError, load_config,
+                              split_estimate_args)
+from pipelines.process import HeadStart
 from transforms.core.estimate import Interval, Stratum, by_bytes, by_poisson, combine, scaled
 from transforms.core.mixture import targets
 from transforms.core.normalize import normalized_document
@@ -44,7 +46,6 @@ __all__ = ["main", "estimate", "Estimate"]
 
 # docs/dataflow.md, "Prices assumed": an n2-standard-4 worker-hour, all in (vCPU, memory, disk), per vCPU.
 DATAFLOW_USD_PER_VCPU_HOUR = 0.07057
-DEFAULT_SAMPLE = "1%"
 # Modes whose every kept record is one row (counted record by record, not from the sample job's rows per token).
 ONE_ROW_PER_RECORD = ("Chat", "DPO")
 
@@ -86,35 +87,6 @@ def parse_sample(text: str, total_bytes: int) -> float:
     if not 0 < fraction:
         raise ConfigError(f"--sample: {text!r} must be more than nothing")
     return min(fraction, 1.0)
-
-
-def _split_args(argv: list[str]) -> tuple[list[str], str, int]:
-    rest, sample, seed = [], DEFAULT_SAMPLE, 0
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        name, eq, value = arg.partition("=")
-        if name in ("--sample", "--sample_seed"):
-            if not eq:
-                if i + 1 >= len(argv):
-                    raise ConfigError(f"{name}: expected a value")
-                value, i = argv[i + 1], i + 1
-            if name == "--sample":
-                sample = value
-            else:
-                try:
-                    seed = int(value)
-                except ValueError:
-                    raise ConfigError(f"--sample_seed: {value!r} is not an integer") from None
-        else:
-            rest.append(arg)
-        i += 1
-    return rest, sample, seed
-
-
-def job_arguments(argv: list[str]) -> list[str]:
-    """The job's own arguments among an estimate's (its head start builds the job's tokenizer from them)."""
-    return _split_args(argv)[0]
 
 
 def _checked(check, doc: Document) -> Optional[Document]:
@@ -189,7 +161,8 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     """The estimate; `job=False` stops after the documents and tokens (what a calibration needs), the fields
     that follow from the job on the sample left None. `startup`: the seconds this process took to start (the
     command passes its own: a job pays as much), added to the predicted time."""
-    from pipelines.create_hdf5_dataset import UserError, plan_job, record_check
+    from pipelines.graph import record_check
+    from pipelines.plan import UserError, plan_job
 
     started = time.perf_counter()
     plan = plan_job(config)
@@ -336,7 +309,7 @@ def _largest_total(spec, per_source: dict) -> Interval:
 def _sample_job(config: Config, sample_dir: str, out: str) -> tuple[dict, float, int]:
     """The job on the sample (no mixture: every sampled document once, as drawn): its data_params.json, its CPU
     seconds, and the bytes of its files."""
-    from pipelines.create_hdf5_dataset import run
+    from pipelines.job import run
 
     values = dict(config.values)
     values.update(input_dir=sample_dir, output_dir=out, metadata_files=None, hf_dataset=None, hf_split=None,
@@ -412,16 +385,18 @@ def _human(x: float) -> str:
     return f"{x:.3g}" if x != int(x) else str(int(x))
 
 
-def main(argv: list[str]) -> int:
-    from pipelines.create_hdf5_dataset import UserError
+def main(argv: list[str], head_start: Optional[HeadStart] = None) -> int:
+    """`argv`: what follows `estimate`; `head_start`: the job's flags among them, parsed already
+    (pipelines.process.HeadStart), not parsed again."""
+    from pipelines.plan import UserError
 
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.split("\n\n")[0] + "\n\n" + "usage: create_hdf5_dataset estimate MODE [flags of the job] "
               f"[--sample {DEFAULT_SAMPLE}|0.01|64MB] [--sample_seed 0]")
         return 0
     try:
-        rest, sample, seed = _split_args(argv)
-        config, _ = load_config(rest)
+        rest, sample, seed = split_estimate_args(argv)
+        config, _ = head_start.load() if head_start is not None else load_config(rest)
         result = estimate(config, sample, seed, startup=_process_age())
     except (ConfigError, UserError) as e:
         print(f"create_hdf5_dataset estimate: error: {e}", file=sys.stderr)

@@ -16,15 +16,17 @@ shorten that and must happen before those imports:
   tokenizer, which needs no Beam, is built meanwhile on a thread
   (`pipelines.job_tokenizer.warm`; fastokens loads without the GIL), and
   `plan_job` finds it in the process's cache. The flags are parsed for it
-  here first: a usage error or --help ends the process here, as main()
-  would have; anything else that goes wrong on that thread is left for
-  main() to find and report, as without the head start.
+  here, and only here: main() is handed what they gave (a `HeadStart`). A
+  usage error or --help ends the process here, as main() would have; a
+  ConfigError is kept for main() to report; anything that goes wrong on the
+  thread is left for plan_job to find and report, as without the head start.
 
 Both entry points use it: the console script (`pipelines.command`) and
 `python -m pipelines.create_hdf5_dataset`, whose first lines call `prepare`.
 None of it changes what a job writes.
 """
 
+import dataclasses
 import gc
 import logging
 import os
@@ -32,13 +34,30 @@ import sys
 import threading
 from typing import Optional
 
-__all__ = ["prepare", "started", "configure_logging"]
+__all__ = ["prepare", "started", "configure_logging", "HeadStart"]
 
 
-def prepare(argv: Optional[list] = None) -> Optional[threading.Thread]:
+@dataclasses.dataclass(frozen=True)
+class HeadStart:
+    """The command's arguments as its first lines read them, handed to main(), which does not parse them again."""
+
+    argv: tuple  # the command's arguments
+    loaded: Optional[tuple] = None  # what load_config made of the job's flags: (Config, Beam's arguments)
+    error: Optional[Exception] = None  # or the ConfigError it raised instead, for main() to report
+    thread: Optional[threading.Thread] = None  # building the job's tokenizer (none for flags that were refused)
+
+    def load(self) -> tuple:
+        """(Config, Beam's arguments), as load_config gave them here; or its ConfigError, raised."""
+        if self.error is not None:
+            raise self.error
+        return self.loaded
+
+
+def prepare(argv: Optional[list] = None) -> Optional[HeadStart]:
     """Before numpy and Beam are imported: `argv` the command's arguments (sys.argv[1:] when None).
 
-    Returns the head start's thread, if there is one (tests wait for it).
+    Returns what the head start made of them, for main(); None when it had nothing to do (a tool, no
+    arguments, the estimate's --help), and main() reads the arguments itself.
     """
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     gc.disable()
@@ -50,31 +69,30 @@ def configure_logging() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
-def _head_start(argv: list) -> Optional[threading.Thread]:
-    from pipelines.config import TOOLS, ConfigError, load_config
+def _head_start(argv: list) -> Optional[HeadStart]:
+    from pipelines.config import TOOLS, ConfigError, load_config, split_estimate_args
 
+    job_argv = argv
     if argv and argv[0] == "estimate":  # the job's flags after it, and the estimate's own
-        from pipelines.estimate import job_arguments
-
         try:
-            argv = job_arguments(argv[1:])
+            job_argv = split_estimate_args(argv[1:])[0]
         except ConfigError:
+            return None  # the estimate's main() says what is wrong
+        if not job_argv or job_argv[0].startswith("-"):  # --help, or no mode: the estimate's main() answers
             return None
-        if not argv or argv[0].startswith("-"):  # --help, or no mode: the estimate's main() answers
-            return None
-    if not argv or argv[0] in TOOLS:
+    if not job_argv or job_argv[0] in TOOLS:
         return None
     try:
-        config, _ = load_config(argv)
-    except ConfigError:
-        return None  # main() says what is wrong
+        loaded = load_config(job_argv)
+    except ConfigError as e:
+        return HeadStart(tuple(argv), error=e)  # main() says what is wrong
     configure_logging()
     # Imported here, not on the thread: two threads importing the same modules at once is asking for trouble.
     from pipelines.job_tokenizer import warm
 
-    thread = threading.Thread(target=_warm, args=(warm, config), name="head-start", daemon=True)
+    thread = threading.Thread(target=_warm, args=(warm, loaded[0]), name="head-start", daemon=True)
     thread.start()
-    return thread
+    return HeadStart(tuple(argv), loaded=loaded, thread=thread)
 
 
 def _warm(warm, config) -> None:

@@ -30,7 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENT = ROOT / "scripts" / "mutation_equivalent.txt"
 
-# Module -> the fast tests that speak for it (mutmut then runs, for each mutant, only those that cover it).
+# Module -> its source (a file, a package's directory, or a tuple of them) and the fast tests that speak for it
+# (mutmut then runs, for each mutant, only those that cover it).
 MODULES = {
     "pack": ("transforms/core/pack.py", ["tests/test_pack.py", "tests/test_pack_rules.py"]),
     "summarization": ("transforms/core/summarization.py", ["tests/test_summarization.py",
@@ -44,8 +45,9 @@ MODULES = {
     "records": ("transforms/core/records.py", ["tests/test_work_units.py", "tests/test_readers.py",
                                                "tests/test_records.py", "tests/test_readers_edge.py",
                                                "tests/test_json_keys.py"]),
-    "readers": ("transforms/io/readers.py", ["tests/test_readers.py", "tests/test_work_units.py",
-                                             "tests/test_readers_edge.py", "tests/test_json_keys.py"]),
+    "readers": ("transforms/io/readers", ["tests/test_readers.py", "tests/test_work_units.py",
+                                          "tests/test_readers_edge.py", "tests/test_json_keys.py",
+                                          "tests/test_fast_json.py"]),
     "read_corpus": ("transforms/io/read_corpus.py", ["tests/test_read_corpus.py", "tests/test_work_units.py",
                                                      "tests/test_dead_letters.py"]),
     "vsl": ("transforms/core/vsl.py", ["tests/test_vsl_rules.py", "tests/test_vsl_chunks.py"]),
@@ -68,13 +70,18 @@ MODULES = {
     "manifest": ("transforms/io/manifest.py", ["tests/test_manifest.py"]),
     "hdf5_sink": ("transforms/io/hdf5_sink.py", ["tests/test_hdf5_sink.py"]),
     "detok": ("transforms/core/detok.py", ["tests/test_detok.py"]),
-    "machine_cache": ("transforms/core/tokenizer/machine_cache.py", ["tests/test_machine_cache.py"]),
+    "machine_cache": (("transforms/core/tokenizer/check_cache.py", "transforms/io/machine_cache.py"),
+                      ["tests/test_machine_cache.py"]),
 }
 DEFAULT = ("pack", "summarization", "fim", "stats", "sharding", "seeds", "units", "records", "readers", "read_corpus",
            "vsl", "vsl_chunks", "splits", "sampler", "hf")
 CAUGHT = ("killed", "timeout", "segfault")
 MISSED = ("survived", "no tests")  # a mutant no test even runs is missed too
 _MODULE_OF = re.compile(r"^(.*)\.x[_ǁ]")
+
+
+def _paths(source) -> tuple:
+    return (source,) if isinstance(source, str) else tuple(source)
 
 
 def _copy_checkout(work: Path) -> Path:
@@ -129,7 +136,7 @@ def main(argv=None) -> int:
     if not mutmut.exists():
         print("mutmut is not installed: pip install 'mutmut>=3.8'", file=sys.stderr)
         return 2
-    sources = [MODULES[m][0] for m in chosen]
+    sources = [path for m in chosen for path in _paths(MODULES[m][0])]
     tests = sorted({t for m in chosen for t in MODULES[m][1]})
     work = Path(tempfile.mkdtemp(prefix="mutation_"))
     try:

@@ -44,7 +44,7 @@ def submit(argv: list[str]):
 
     With --dry_run True nothing is written and nothing submitted: the job is only built and validated.
     """
-    from pipelines import create_hdf5_dataset as job
+    from pipelines import job
     from pipelines.config import load_config
 
     config, beam_args = load_config(argv)
@@ -53,7 +53,7 @@ def submit(argv: list[str]):
 
 def main(args: Optional[list[str]] = None) -> int:
     from pipelines.config import ConfigError
-    from pipelines.create_hdf5_dataset import UserError
+    from pipelines.plan import UserError
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -1,5 +1,7 @@
 """Markers and fixtures shared by the suite."""
 
+import atexit
+import fnmatch
 import os
 import shutil
 import tempfile
@@ -7,6 +9,11 @@ import tempfile
 import pytest
 
 _SESSION_CACHE = None
+_SESSION_TMP = None
+
+# What code under test makes in the temporary directory and must remove: Beam's directory of each pipeline
+# (removed only when the pipeline runs) and ours (mkdtemp(prefix="create_hdf5_dataset_...")).
+_LEFT_BEHIND = ("beam-pipeline-temp*", "create_hdf5_dataset_*")
 
 
 def pytest_configure(config):
@@ -16,18 +23,66 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "worker_processes: starts Beam SDK worker processes (not in mutation runs)")
     config.addinivalue_line("markers", "engines: runs jobs on real Beam engines (Prism, Flink, Spark)")
     config.addinivalue_line("markers", "engine_matrix: the whole real-engine matrix (make test-runners, not make test)")
+    # The machine's temporary directory is shared (other users, other runs of the suite): each test process
+    # (pytest-xdist's workers, each its own session) has one of its own, inherited by the processes its tests
+    # start, so that what a test leaves there is found and named (_no_temporary_directory_left), and removed.
+    # pytest's own tmp_path directories stay where they were, for a look after a failure.
+    global _SESSION_CACHE, _SESSION_TMP
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    _SESSION_TMP = tempfile.mkdtemp(prefix="create_hdf5_dataset-test-tmp-")
+    os.environ["TMPDIR"] = tempfile.tempdir = _SESSION_TMP
+    # Registered first, so it runs last at exit: after Beam's own exit handlers (a job server it started removes
+    # its directory in there) have found their directories where they left them.
+    atexit.register(shutil.rmtree, _SESSION_TMP, ignore_errors=True)
     # The encoders' load checks keep their results in the user's cache directory
     # (transforms/core/tokenizer/machine_cache.py): the suite keeps its own, so that
     # it neither reads what an earlier run left nor leaves anything in the user's home.
     # Set here, not in a fixture, so that worker processes inherit it.
-    global _SESSION_CACHE
     _SESSION_CACHE = tempfile.mkdtemp(prefix="create_hdf5_dataset-test-cache-")
     os.environ["XDG_CACHE_HOME"] = _SESSION_CACHE
 
 
 def pytest_unconfigure(config):
-    if _SESSION_CACHE:
-        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+    """The session's temporary directory goes (the cache and pytest-xdist's workers' directories too), but for
+    what Beam's job servers still hold: their own exit handlers remove it, then the one registered above."""
+    if not _SESSION_TMP:
+        return
+    for name in os.listdir(_SESSION_TMP):
+        if not fnmatch.fnmatch(name, "beam-temp*"):
+            path = os.path.join(_SESSION_TMP, name)
+            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+
+
+def _left_behind() -> set:
+    try:
+        names = os.listdir(_SESSION_TMP)
+    except OSError:
+        return set()
+    return {n for n in names if any(fnmatch.fnmatch(n, pattern) for pattern in _LEFT_BEHIND)}
+
+
+def _remove(names) -> None:
+    for name in names:
+        shutil.rmtree(os.path.join(_SESSION_TMP, name), ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_temporary_directory_left_at_the_end():
+    """What a module's or the session's fixtures left (a test's own is named by _no_temporary_directory_left)."""
+    yield
+    left = _left_behind()
+    _remove(left)
+    assert not left, f"left in the temporary directory by this test process: {', '.join(sorted(left))}"
+
+
+@pytest.fixture(autouse=True)
+def _no_temporary_directory_left():
+    """A test fails that leaves a Beam pipeline's or our temporary directory behind (a user's run would too)."""
+    before = _left_behind()
+    yield
+    left = _left_behind() - before
+    _remove(left)  # said once, by the test that left it
+    assert not left, f"left in the temporary directory: {', '.join(sorted(left))}"
 
 
 @pytest.fixture

@@ -242,6 +242,15 @@ def popen_logged(argv: list, **kwargs) -> subprocess.Popen:
     return proc
 
 
+def env_to_kill(tmp_path: Path) -> dict:
+    """The environment of a job a test kills (SIGKILL): a killed process removes nothing, so the temporary
+    directories it makes (Beam's, of its pipeline) go under the test's tmp_path, not the suite's temporary
+    directory, which is checked for what tests leave (tests/conftest.py)."""
+    temp = tmp_path / "killed_job_tmp"
+    temp.mkdir(exist_ok=True)
+    return {**os.environ, "TMPDIR": str(temp)}
+
+
 def stderr_text(proc: subprocess.Popen) -> str:
     """What a `popen_logged` process has written to stderr so far."""
     proc.log.seek(0)

@@ -536,25 +536,34 @@ def test_cut_at_safe_spaces_is_exact(gpt2, words, seps):
     assert gpt2.decode(got) == text  # lossless whatever the cuts
 
 
+# Runs the job and prints its peak RSS (wait4's KiB), from a small process of its own: Linux carries a process's
+# peak RSS across fork and exec, so a job started straight from this (large, by then) test process would report
+# this process's size, not its own.
+_LAUNCHER = """
+import os, subprocess, sys
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
+_, status, usage = os.wait4(child.pid, 0)
+print(usage.ru_maxrss, os.waitstatus_to_exitcode(status))
+"""
+
+
 def _pipeline_in_subprocess(args: list[str], timeout: float) -> tuple[int, float, int, str]:
-    """Run the pipeline in a subprocess: (exit code, seconds, peak RSS in MiB, stderr)."""
+    """Run the pipeline in a subprocess: (exit code, seconds, its own peak RSS in MiB, stderr)."""
     with tempfile.TemporaryFile() as err:
         start = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "pipelines.create_hdf5_dataset", *args, *RUNNER],
-                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() - start > timeout:
-                proc.kill()
-                os.wait4(proc.pid, 0)
-                pytest.fail(f"the pipeline took more than {timeout}s: tokenization cost is not bounded")
-            time.sleep(0.1)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, sys.executable, "-m",
+                                 "pipelines.create_hdf5_dataset", *args, *RUNNER],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            pytest.fail(f"the pipeline took more than {timeout}s: tokenization cost is not bounded")
         seconds = time.monotonic() - start
         err.seek(0)
-        return proc.returncode, seconds, usage.ru_maxrss // 1024, err.read().decode("utf-8", "replace")
+        maxrss, code = (int(x) for x in out.split())
+        return code, seconds, maxrss // 1024, err.read().decode("utf-8", "replace")
 
 
 def test_200k_characters_without_spaces_in_bounded_time(tmp_path):

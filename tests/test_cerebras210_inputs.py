@@ -75,7 +75,7 @@ def _config(tmp: Path, data: dict, name: str = "cfg", text_key: str = "text") ->
 
 def _run_210(config: Path, *flags: str, **plan_changes) -> dict:
     from pipelines.config import load_config
-    from pipelines.create_hdf5_dataset import run
+    from pipelines.job import run
 
     cfg, beam_args = load_config(["--config", str(config), *flags, *RUNNER])
     return run(cfg, beam_args, plan_changes)
@@ -158,7 +158,7 @@ def test_lines_equal_the_text_builders_own(tmp_path):
 
 
 def test_a_crlf_cut_between_two_blocks_is_one_break():
-    from transforms.io.readers import _universal_newlines
+    from transforms.io.readers.txt import _universal_newlines
 
     blocks = [b"a\r", b"\nb\r", b"\r", b"\n", b"\n", b"c\r"]
     assert b"".join(_universal_newlines(blocks)) == b"a\nb\n\n\nc\n"

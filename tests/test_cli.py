@@ -133,29 +133,56 @@ def test_the_head_start_builds_the_tokenizer_plan_job_uses(tmp_path):
     probe = ("import json, sys\n"
              "from pipelines import process\n"
              "args = json.loads(sys.argv[1])\n"
-             "thread = process.prepare(args)\n"
-             "thread.join()\n"
+             "head_start = process.prepare(args)\n"
+             "head_start.thread.join()\n"
              "assert 'apache_beam' not in sys.modules\n"
              "from transforms.core.tokenizer import load, shared_tokenizer\n"
              "(built,) = load._SHARED.values()\n"
              "print(built._encoder.name, built._fingerprint is not None)\n"
-             "from pipelines.config import load_config\n"
-             "from pipelines.create_hdf5_dataset import plan_job\n"
-             "plan = plan_job(load_config(args)[0])\n"
+             "from pipelines.plan import plan_job\n"
+             "plan = plan_job(head_start.load()[0])\n"
              "print(shared_tokenizer(plan.tokenizer_files) is built)\n")
     out = subprocess.run([sys.executable, "-c", probe, json.dumps(args)], cwd=ROOT, capture_output=True, text=True,
                          timeout=300)
     assert out.stdout.split() == ["fastokens", "True", "True"], out.stderr
-    # No head start for a tool, or for settings main() will refuse.
+    # No head start for a tool; settings main() will refuse start no tokenizer, their error is kept for main().
     none = ("import json, sys\nfrom pipelines import process\n"
-            "print([process.prepare(a) for a in json.loads(sys.argv[1])])\n")
+            "heads = [process.prepare(a) for a in json.loads(sys.argv[1])]\n"
+            "print([h if h is None else (h.thread, type(h.error).__name__) for h in heads])\n")
     refused = [["verify", str(tmp_path)], [], ["LMData", "--input_dir", "x"]]
     out = subprocess.run([sys.executable, "-c", none, json.dumps(refused)], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
-    assert out.stdout.split() == ["[None,", "None,", "None]"], out.stderr
+    assert out.stdout.strip() == "[None, None, (None, 'ConfigError')]", out.stderr
     # A head start that fails (no such vocabulary) says nothing; main() says it, once.
     proc = _cli(_with(args, vocab_file=str(tmp_path / "missing.bpe")))
     assert proc.returncode == 2 and proc.stderr.count("missing.bpe") == 1, proc.stderr
+
+
+def test_main_goes_on_from_the_flags_the_head_start_parsed(tmp_path, monkeypatch, capsys):
+    """The flags are parsed once: main() takes the head start's config, or reports its error, and parses nothing
+    again (the job's, or the estimate's)."""
+    from pipelines import create_hdf5_dataset as command
+    from pipelines import estimate
+    from pipelines.config import ConfigError, load_config
+    from pipelines.process import HeadStart
+
+    args = ("LMData", "--input_dir", str(SAMPLE), *_gpt2_args(tmp_path / "out"), "--runner", "FnApiRunner")
+    loaded = load_config(list(args))
+
+    def parse_again(argv):
+        raise AssertionError(f"parsed again: {argv}")
+
+    monkeypatch.setattr(command, "load_config", parse_again)
+    monkeypatch.setattr(estimate, "load_config", parse_again)
+    ran = []
+    monkeypatch.setattr(command, "run", lambda config, beam_args: ran.append((config, beam_args)))
+    assert command.main(head_start=HeadStart(args, loaded=loaded)) == 0
+    assert len(ran) == 1 and ran[0][0] is loaded[0] and ran[0][1] == ["--runner", "FnApiRunner"]
+    refused = ConfigError("output_dir: required")
+    assert command.main(head_start=HeadStart(("LMData",), error=refused)) == 2
+    assert capsys.readouterr().err == "create_hdf5_dataset: error: output_dir: required\n"
+    assert command.main(head_start=HeadStart(("estimate", "LMData"), error=refused)) == 2
+    assert capsys.readouterr().err == "create_hdf5_dataset estimate: error: output_dir: required\n"
 
 
 def test_dockerfile_beam_version_matches_setup():

@@ -291,7 +291,7 @@ def test_the_composite_writes_one_file_per_source_and_counts_them(tmp_path, monk
 def test_a_job_writes_the_dead_letters_of_a_file_read_in_several_units_in_file_order(tmp_path, monkeypatch):
     """The whole job, in process: units read apart, more bad lines per unit than a part holds."""
     from pipelines.config import load_config
-    from pipelines.create_hdf5_dataset import run
+    from pipelines.job import run
 
     monkeypatch.setattr(read_corpus, "DEAD_LETTER_PART_RECORDS", 7)
     src = tmp_path / "in"

@@ -199,7 +199,7 @@ def _verify(out: Path) -> None:
 
 def run_on(engine_flags: list, case: str, inputs: dict, out: Path) -> dict:
     from pipelines.config import load_config
-    from pipelines.create_hdf5_dataset import run
+    from pipelines.job import run
 
     config, beam_args = load_config(CASES[case](inputs) + ["--output_dir", str(out)] + engine_flags)
     return run(config, beam_args, PLAN.get(case))
@@ -319,7 +319,7 @@ def test_the_progress_of_a_job_running_elsewhere_follows_its_counters(engine, re
     before the files are written, so the last poll before the end finds at least that), and reaches the
     total, the input's size, exactly once: at the end."""
     from pipelines.config import load_config
-    from pipelines.create_hdf5_dataset import launch
+    from pipelines.job import launch
     from transforms.io import job_progress
 
     monkeypatch.setattr(job_progress, "POLL_SECONDS", 0.2)
@@ -384,7 +384,7 @@ FAULT_FILES = ["--files_per_record", "2"]
 
 def _launch(case: str, inputs: dict, out: Path, flags: list, extra: list = ()):
     from pipelines.config import load_config
-    from pipelines.create_hdf5_dataset import launch
+    from pipelines.job import launch
 
     config, beam_args = load_config(CASES[case](inputs) + ["--output_dir", str(out), *extra] + flags)
     return launch(config, beam_args, PLAN.get(case))
@@ -409,7 +409,7 @@ def fault_reference(inputs, tmp_path_factory):
     out = tmp_path_factory.mktemp("ref_fault") / "out"
     run_job_flags = CASES["lm_shuffle"](inputs) + ["--output_dir", str(out), *FAULT_FILES]
     from pipelines.config import load_config
-    from pipelines.create_hdf5_dataset import run
+    from pipelines.job import run
 
     run(*load_config(run_job_flags + RUNNER))
     return out
@@ -488,7 +488,7 @@ def test_flink_workers_read_and_write_through_the_bucket_only(flink, gcs, inputs
     import shutil
 
     from pipelines.config import load_config
-    from pipelines.create_hdf5_dataset import launch, run
+    from pipelines.job import launch, run
 
     fs, bucket = gcs
     cluster, flags = flink

@@ -75,7 +75,7 @@ def corpus(tmp_path_factory) -> Path:
 
 def _truth(corpus: Path) -> int:
     from pipelines.config import load_config
-    from pipelines.create_hdf5_dataset import plan_job
+    from pipelines.plan import plan_job
     from pipelines.estimate import _Tokens
     from transforms.core.records import Document
     from transforms.io.readers import read_records

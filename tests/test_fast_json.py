@@ -15,17 +15,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transforms.core.records import JsonKey
-from transforms.io import readers
+from transforms.io.readers import jsonl
 
 
 def _both(lines: list[bytes], keys=("text",), strip_strings=False):
-    fast = readers._line_parser("f.jsonl", keys, None, strip_strings)
-    assert readers._fast_json is not None
-    real, readers._fast_json = readers._fast_json, None
+    fast = jsonl._line_parser("f.jsonl", keys, None, strip_strings)
+    assert jsonl._fast_json is not None
+    real, jsonl._fast_json = jsonl._fast_json, None
     try:
-        slow = readers._line_parser("f.jsonl", keys, None, strip_strings)
+        slow = jsonl._line_parser("f.jsonl", keys, None, strip_strings)
     finally:
-        readers._fast_json = real
+        jsonl._fast_json = real
     return [fast(line, i) for i, line in enumerate(lines)], [slow(line, i) for i, line in enumerate(lines)]
 
 

@@ -221,13 +221,13 @@ def test_a_fuzzed_job_finishes_and_accounts_for_every_record(mode, monkeypatch):
 
 def _vanish_after_listing(path: Path, patch) -> None:
     """Deletes a file once the job has listed its input: it is gone by the time a worker opens it."""
-    from pipelines import create_hdf5_dataset as job
+    from pipelines import plan
 
-    listed = job.discover_input_files
+    listed = plan.discover_input_files
 
     def list_then_delete(*args, **kwargs):
         found = listed(*args, **kwargs)
         path.unlink()
         return found
 
-    patch.setattr(job, "discover_input_files", list_then_delete)
+    patch.setattr(plan, "discover_input_files", list_then_delete)

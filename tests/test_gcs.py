@@ -355,7 +355,7 @@ def test_packed_groups_kept_in_the_bucket_as_on_dataflow(gcs, tmp_path, shuffle)
     require_shared(LM)
     require_shared(NEOX)
     from pipelines.config import load_config
-    from pipelines.create_hdf5_dataset import run
+    from pipelines.job import run
 
     fs, bucket = gcs
     cfg = tmp_path / "cfg.yaml"

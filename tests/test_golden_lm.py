@@ -80,7 +80,7 @@ def _window_rows(stream: list[int], msl: int, min_len: int, pad: int) -> list[np
 def _file_streams(case: str, params: dict) -> list[list[int]]:
     """Per input file, the documents' ids + EOS, computed with our reader/normalizer/tokenizer."""
     from pipelines.config import load_config
-    from pipelines.create_hdf5_dataset import plan_job
+    from pipelines.plan import plan_job
     from transforms.core.normalize import normalize_text
     from transforms.core.records import Document
     from transforms.core.tokenizer import build_tokenizer, tokenize_documents

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import shutil
 import types
 import uuid
 import zlib
@@ -613,6 +614,7 @@ def test_the_composites_tell_the_bar_their_compressor_and_row_width(gpt2, monkey
     rows = p | beam.Create([RowBlock(_group(0), _lm_rows([3], 8))])
     _ = rows | EncodeRows(RowFormat(8, PAD, False, False), gpt2[0], gzip_level=6) | WriteHdf5Shards(
         output_dir="unused", output_name="x", files_per_record=5, max_seq_length=8, features=5)
+    shutil.rmtree(p.local_tempdir, ignore_errors=True)  # built, never run: Beam removes it only when a pipeline runs
     ((kind, codec), width) = told
     assert kind == "compressor" and width == ("row_width", 5)
     data = np.arange(300, dtype="<i4").tobytes()

@@ -1,4 +1,7 @@
-"""The encoders' load checks kept per process and per machine (transforms/core/tokenizer/machine_cache.py).
+"""The encoders' load checks kept per process and per machine.
+
+The cache (transforms/core/tokenizer/check_cache.py) keeps them in the process and in the store it is
+handed; the machine's store (transforms/io/machine_cache.py) keeps them in files.
 
 The rank table that makes tiktoken exact is the one result kept whole (the
 fastokens check keeps a verdict, tests/test_fast_encoder.py): a table read
@@ -20,9 +23,20 @@ import pytest
 from tests.test_tiktoken_backend import BROKEN, CASES, synthetic
 from transforms.core.tokenizer import build_tokenizer
 from transforms.core.tokenizer import backends
+from transforms.core.tokenizer.check_cache import CheckCache, cache_key, use_store
 from transforms.core.tokenizer.exact import RankTable
-from transforms.core.tokenizer.machine_cache import MachineCache, cache_key
 from transforms.core.tokenizer.probes import PROBES
+from transforms.io.machine_cache import MACHINE_STORE
+from transforms.io.tokenizer_files import stage_tokenizer_files
+
+
+@pytest.fixture(autouse=True)
+def machine_store():
+    """The machine's store installed, as reading a tokenizer's files installs it; the one before restored."""
+    before = use_store(MACHINE_STORE)
+    yield MACHINE_STORE
+    use_store(before)
+
 
 # ------------------------------------------------------------ the cache itself
 
@@ -38,7 +52,7 @@ def _counting(values: dict):
 
 def test_a_result_is_computed_once_per_machine(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    cache = MachineCache("things")
+    cache = CheckCache("things")
     calls, compute = _counting({"k": [1, "x", None]})
     assert cache.get("k", compute("k")) == [1, "x", None]
     assert cache.get("k", compute("k")) == [1, "x", None] and calls == ["k"]  # from this process
@@ -48,16 +62,16 @@ def test_a_result_is_computed_once_per_machine(monkeypatch, tmp_path):
     cache.clear()  # a new process on the same machine
     assert cache.get("k", compute("k")) == [1, "x", None] and calls == ["k"]
     fresh = cache.fresh()
-    assert fresh.directory() == cache.directory()
+    assert fresh.folder == cache.folder == "things"
     assert fresh.get("k", compute("k")) == [1, "x", None] and calls == ["k"]
 
 
 def test_without_xdg_the_home_cache_is_used(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert MachineCache("things").directory() == str(tmp_path / ".cache" / "create_hdf5_dataset" / "things")
+    assert MACHINE_STORE.directory("things") == str(tmp_path / ".cache" / "create_hdf5_dataset" / "things")
     monkeypatch.setenv("XDG_CACHE_HOME", "")  # set but empty: as unset
-    assert MachineCache("things").directory() == str(tmp_path / ".cache" / "create_hdf5_dataset" / "things")
+    assert MACHINE_STORE.directory("things") == str(tmp_path / ".cache" / "create_hdf5_dataset" / "things")
 
 
 @pytest.mark.parametrize("content", ["{not json", "", json.dumps({"other": 1}), json.dumps([1, 2])])
@@ -69,7 +83,7 @@ def test_a_file_that_does_not_load_is_computed_again_and_rewritten(monkeypatch, 
             raise ValueError("not mine")
         return data["v"]
 
-    cache = MachineCache("things", dump=lambda v: {"v": v}, load=load)
+    cache = CheckCache("things", dump=lambda v: {"v": v}, load=load)
     path = tmp_path / "create_hdf5_dataset" / "things" / "k.json"
     path.parent.mkdir(parents=True)
     path.write_text(content)
@@ -82,7 +96,7 @@ def test_a_file_that_does_not_load_is_computed_again_and_rewritten(monkeypatch, 
 
 def test_memory_keeps_the_most_recent(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    cache = MachineCache("things", keep=2)
+    cache = CheckCache("things", keep=2)
     calls, compute = _counting({"a": 1, "b": 2, "c": 3})
     cache.get("a", compute("a"))
     cache.get("b", compute("b"))
@@ -97,7 +111,7 @@ def test_memory_keeps_the_most_recent(monkeypatch, tmp_path):
 def _checked_by_every_process(monkeypatch, root) -> None:
     """Nothing can be kept under `root`: each new process computes the result again, without an error."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(root))
-    cache = MachineCache("things")
+    cache = CheckCache("things")
     calls, compute = _counting({"k": 1})
     assert cache.get("k", compute("k")) == 1
     cache.clear()
@@ -129,7 +143,7 @@ def test_keys_join_their_parts_unambiguously():
 def test_memory_keeps_eight_by_default_and_a_fresh_cache_its_own_limit(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     folder = tmp_path / "create_hdf5_dataset" / "things"
-    for cache, keep in ((MachineCache("things"), 8), (MachineCache("things", keep=2).fresh(), 2)):
+    for cache, keep in ((CheckCache("things"), 8), (CheckCache("things", keep=2).fresh(), 2)):
         for path in folder.glob("*"):
             path.unlink()
         calls, compute = _counting({k: k for k in "abcdefghi"})
@@ -141,6 +155,27 @@ def test_memory_keeps_eight_by_default_and_a_fresh_cache_its_own_limit(monkeypat
         assert [cache.get(k, compute(k)) for k in rest] == list(rest) and len(calls) == keep + 1  # all held
         cache.get(first, compute(first))
         assert calls[-1] == first and len(calls) == keep + 2  # the oldest had gone
+
+
+def test_without_a_store_a_result_is_kept_by_the_process_only(monkeypatch, tmp_path):
+    """The pure core's own default: no file anywhere; a new process checks again."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    use_store(None)  # the fixture puts the machine's back
+    cache = CheckCache("things")
+    calls, compute = _counting({"k": 1})
+    assert cache.get("k", compute("k")) == 1 and cache.get("k", compute("k")) == 1 and calls == ["k"]
+    assert list(tmp_path.iterdir()) == []
+    cache.clear()
+    assert cache.get("k", compute("k")) == 1 and calls == ["k", "k"]
+
+
+def test_the_ways_to_a_tokenizers_files_install_the_machines_store(tmp_path):
+    use_store(None)
+    files = CASES["gpt2-bundled"][1]()  # read_tokenizer_files: the launcher's way
+    assert use_store(None) is MACHINE_STORE
+    staged = stage_tokenizer_files(files, str(tmp_path))
+    staged.load()  # a worker's way
+    assert use_store(None) is MACHINE_STORE
 
 
 # ------------------------------------------------------------ rank tables

@@ -172,7 +172,7 @@ def test_a_210_token_limit_in_a_chat_config_is_a_budget_of_its_source(tmp_path):
     """2.10's shipped multi-turn config with processing.token_limit: the conversations a keyed hash draws, to
     within half a conversation of the limit."""
     from pipelines.config import load_config
-    from pipelines.create_hdf5_dataset import run
+    from pipelines.job import run
     from tests.helpers import RUNNER
     from tests.test_cerebras210_configs import _chat, _config
 

@@ -124,7 +124,7 @@ def test_the_bytes_do_not_depend_on_the_order_of_the_sources(sources, job, tmp_p
 
 def test_the_bytes_do_not_depend_on_packing_groups_or_work_units(sources, job, tmp_path):
     from pipelines.config import load_config
-    from pipelines.create_hdf5_dataset import run
+    from pipelines.job import run
 
     # Other packing groups give other rows (a group packs on its own), but the same draw of documents.
     config, beam_args = load_config(_args(_mixture(sources), tmp_path / "g", "--shuffle", "True",
@@ -326,13 +326,14 @@ def test_kill_and_resume_gives_the_uninterrupted_bytes(sources, job, tmp_path, k
     import sys
     import time
 
-    from tests.helpers import ROOT, stderr_text
+    from tests.helpers import ROOT, env_to_kill, stderr_text
 
     out = tmp_path / "out"
     args = _args(_mixture(sources), out, "--shuffle", "True", "--packing_group_mb", "1")
     reference = run_job(_args(_mixture(sources), tmp_path / "ref", "--shuffle", "True", "--packing_group_mb", "1"))
     proc = subprocess.Popen([sys.executable, "-m", "pipelines.create_hdf5_dataset", *args, *RUNNER], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                            env=env_to_kill(tmp_path))
     plan, groups = out / ".tmp" / "mixture_plan.json", out / ".tmp" / "groups"
 
     def copies_stored() -> list:

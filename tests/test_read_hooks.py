@@ -112,7 +112,7 @@ def test_hook_file_travels_with_the_job(tmp_path):
     shutil.copy(EXAMPLES, moved)
     config = _config(tmp_path, f"{moved}:qa_regions")
     from pipelines.config import load_config
-    from pipelines.create_hdf5_dataset import plan_job
+    from pipelines.plan import plan_job
 
     config_obj, _ = load_config(["--config", str(config)])
     plan = plan_job(config_obj)

@@ -26,11 +26,10 @@ from fsspec.implementations.memory import MemoryFileSystem
 from tests.helpers import make_tar, zst
 from transforms.core import records as R
 from transforms.core.records import BadRecord, Document
-from transforms.io import readers
-from transforms.io.readers import StreamPosition, file_size, parquet_shape, read_records
+from transforms.io.readers import StreamPosition, common, file_size, parquet_shape, read_records
 
-BLOCK = readers._OUT_BLOCK  # bytes per read of a plain file
-IN_BLOCK = readers._IN_BLOCK  # compressed bytes per read
+BLOCK = common._OUT_BLOCK  # bytes per read of a plain file
+IN_BLOCK = common._IN_BLOCK  # compressed bytes per read
 KEEP = R.RAW_PREVIEW_BYTES + 1  # raw bytes a record keeps: one more than the preview, so it can say "cut"
 BOM = b"\xef\xbb\xbf"
 GOOD_A = b'{"text": "alpha"}\n'
@@ -453,12 +452,12 @@ def test_stream_position_counts_the_bytes_taken_from_storage(tmp_path):
 
 def test_a_decoder_reading_with_readinto_is_counted_too():
     position = StreamPosition()
-    f = readers._StorageFile(io.BytesIO(b"abcdef"), position)
+    f = common._StorageFile(io.BytesIO(b"abcdef"), position)
     buffer = bytearray(4)
     assert f.readinto(buffer) == 4 and bytes(buffer) == b"abcd" and position.bytes == 4
     assert f.readinto(buffer) == 2 and bytes(buffer[:2]) == b"ef" and position.bytes == 6
     assert f.readinto(buffer) == 0 and position.bytes == 6
-    assert readers._StorageFile(io.BytesIO(b"ab")).readinto(buffer) == 2  # nobody counting
+    assert common._StorageFile(io.BytesIO(b"ab")).readinto(buffer) == 2  # nobody counting
 
 
 # ---------------------------------------------------------------- .jsonl.zst

@@ -11,13 +11,14 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Optional
 
 import h5py
 import numpy as np
 import pytest
 
-from tests.helpers import (MULTI_PROCESSING, REFERENCE, ROOT, RUNNER, SHARED, popen_logged, read_rows, require_shared,
-                           run_job, stderr_text)
+from tests.helpers import (MULTI_PROCESSING, REFERENCE, ROOT, RUNNER, SHARED, env_to_kill, popen_logged, read_rows,
+                           require_shared, run_job, stderr_text)
 
 NEOX = REFERENCE / "tokenizer" / "tokenizer.json"
 
@@ -84,9 +85,9 @@ def test_shuffled_output_is_byte_identical_across_runner_settings(corpus, tmp_pa
     assert len(digests[0]) > 3 and digests[0] == digests[1] == digests[2]
 
 
-def _start(args: list[str]) -> subprocess.Popen:
+def _start(args: list[str], env: Optional[dict] = None) -> subprocess.Popen:
     return popen_logged([sys.executable, "-m", "pipelines.create_hdf5_dataset", *args, *RUNNER], cwd=ROOT,
-                        start_new_session=True)
+                        start_new_session=True, env=env)
 
 
 def _complete_shard(path: str) -> bool:
@@ -129,7 +130,7 @@ def test_kill_and_resume_gives_the_uninterrupted_bytes(corpus, tmp_path, kill_po
     args = ["--max_seq_length", "32", "--files_per_record", "300", "--shuffle", "True", "--short_seq_prob", "0.05"]
     reference = run_job(_args(corpus, tmp_path / "ref", *args, mode=mode))
     out = tmp_path / "out"
-    proc = _start(_args(corpus, out, *args, mode=mode))
+    proc = _start(_args(corpus, out, *args, mode=mode), env=env_to_kill(tmp_path))
     groups = out / ".tmp" / "groups"
     if kill_point == "while_packing":
         _kill_when(proc, lambda: len(glob.glob(str(groups / "*.json"))) >= 2)

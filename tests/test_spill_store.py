@@ -179,6 +179,26 @@ def test_an_object_is_uploaded_whole_and_no_local_copy_is_left(tmp_path, monkeyp
     assert os.listdir(tmp_path) == [] and not fs.exists(fs.join(directory, "other.json"))
 
 
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_a_failed_atomic_write_leaves_nothing(tmp_path, monkeypatch, where):
+    """fs.atomic_write, which spill and every other whole-or-nothing writer use: a write that raises leaves
+    neither a final file nor a temporary one (remote: committed by a server-side copy, spill's aside)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "scratch"))
+    (tmp_path / "scratch").mkdir()
+    directory = str(tmp_path / "out") if where == "local" else _memory_dir()
+    fs.makedirs(directory)
+
+    def failing(f):
+        f.write(b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        fs.atomic_write(fs.join(directory, "k.json"), failing)
+    assert fs.listdir_names(directory) == [] and os.listdir(tmp_path / "scratch") == []
+    fs.atomic_write(fs.join(directory, "k.json"), lambda f: f.write(b"whole"))
+    assert fs.read_bytes(fs.join(directory, "k.json")) == b"whole" and os.listdir(tmp_path / "scratch") == []
+
+
 def test_a_remote_group_round_trips_and_is_read_by_range(monkeypatch):
     directory = _memory_dir()
     chunks = _chunks(50, seed=1)

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import (MULTI_PROCESSING, REFERENCE, ROOT, RUNNER, SHARED, popen_logged, read_rows, require_shared,
-                           run_job, stderr_text)
+from tests.helpers import (MULTI_PROCESSING, REFERENCE, ROOT, RUNNER, SHARED, env_to_kill, popen_logged, read_rows,
+                           require_shared, run_job, stderr_text)
 from transforms.core.splits import fraction_bound, make_split_plan, parse_context_splits, parse_data_splits
 
 NEOX = REFERENCE / "tokenizer" / "tokenizer.json"
@@ -146,7 +146,7 @@ def split_work(corpus, tmp_path_factory):
 
 def _work_run(inputs, out, runner, **plan_changes):
     from pipelines.config import load_config
-    from pipelines.create_hdf5_dataset import run
+    from pipelines.job import run
 
     config, beam_args = load_config(_lm(inputs, out, "--packing_group_mb", "1", "--files_per_record", "150",
                                         "--shuffle", "True", "--short_seq_prob", "0.1") + runner)
@@ -353,7 +353,7 @@ def test_kill_and_resume_gives_the_uninterrupted_bytes(corpus, tmp_path):
     run_job(_lm(corpus, tmp_path / "ref", *args))
     out = tmp_path / "out"
     proc = popen_logged([sys.executable, "-m", "pipelines.create_hdf5_dataset", *_lm(corpus, out, *args), *RUNNER],
-                        cwd=ROOT, start_new_session=True)
+                        cwd=ROOT, start_new_session=True, env=env_to_kill(tmp_path))
     deadline = time.time() + 120
     # Two groups stored: each is its six outputs' shares and the job's rest (7 markers).
     while len(glob.glob(str(out / ".tmp" / "groups" / "*.json"))) < 14:

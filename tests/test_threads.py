@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pipelines.create_hdf5_dataset import _beam_options, _process_cpus
+from pipelines.runners import beam_options, process_cpus
 from tests.helpers import ROOT
 from transforms.core.threads import machine_cpus, process_threads
 from transforms.io.hdf5_sink import _EncodeFn
@@ -61,12 +61,12 @@ def test_the_tokenizer_pool_gets_the_process_share():
 
 def test_cores_per_process_follow_the_runner():
     dataflow = ["--runner", "DataflowRunner", "--project", "p", "--region", "r", "--temp_location", "gs://b/t"]
-    assert _process_cpus(_beam_options(dataflow)) == 1  # Dataflow: one SDK process per vCPU
-    assert _process_cpus(_beam_options(dataflow + ["--experiments", "no_use_multiple_sdk_containers"])) is None
-    assert _process_cpus(_beam_options(["--runner", "FnApiRunner"])) is None
-    two = _beam_options(["--runner", "DirectRunner", "--direct_running_mode", "multi_processing",
+    assert process_cpus(beam_options(dataflow)) == 1  # Dataflow: one SDK process per vCPU
+    assert process_cpus(beam_options(dataflow + ["--experiments", "no_use_multiple_sdk_containers"])) is None
+    assert process_cpus(beam_options(["--runner", "FnApiRunner"])) is None
+    two = beam_options(["--runner", "DirectRunner", "--direct_running_mode", "multi_processing",
                          "--direct_num_workers", "2"])
-    assert _process_cpus(two) == max(1, machine_cpus() // 2)
+    assert process_cpus(two) == max(1, machine_cpus() // 2)
 
 
 def test_compression_threads_follow_the_process_share():

@@ -211,7 +211,7 @@ def split_inputs(corpus, tmp_path_factory) -> Path:
 
 def _split_run(inputs: Path, out: Path, runner: list[str], **plan_changes) -> dict:
     from pipelines.config import load_config
-    from pipelines.create_hdf5_dataset import run
+    from pipelines.job import run
 
     argv = _lm(inputs, out, "--packing_group_mb", "1", "--files_per_record", "500", "--shuffle", "True",
                "--short_seq_prob", "0.1") + runner

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines.config import load_config
-from pipelines.create_hdf5_dataset import run
+from pipelines.job import run
 from tests.helpers import MULTI_PROCESSING, RUNNER, SHARED, ROOT, require_shared, zst
 from transforms.core.records import BYTES, ROWS, WHOLE, Document, InputFile
 from transforms.core.units import jsonl_units, line_bases, parquet_group_rows, parquet_units, shares, whole_file

@@ -23,8 +23,6 @@ import dataclasses
 import hashlib
 import io
 import json
-import os
-import tempfile
 from collections import Counter
 from typing import Optional
 
@@ -35,7 +33,6 @@ from transforms.core.encoded import EncodedRows
 from transforms.core.records import GroupId
 from transforms.core.stats import Stats
 from transforms.io import fs
-from transforms.io.fs import unique_temp_name
 
 __all__ = ["SpillRef", "spill_group", "load_spilled", "read_spilled", "find_spilled", "spill_tokens", "load_tokens"]
 
@@ -58,20 +55,9 @@ def _key(group: GroupId) -> str:
 
 
 def _put(path: str, write) -> None:
-    if fs.is_local(path):
-        tmp = os.path.join(os.path.dirname(path), unique_temp_name(os.path.basename(path)))
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-        return
-    fd, tmp = tempfile.mkstemp(suffix=fs.PARTIAL_SUFFIX)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        remote, p = fsspec.core.url_to_fs(path)
-        remote.put_file(tmp, p)
-    finally:
-        os.remove(tmp)
+    # Uploaded under the final name: an object store's upload appears whole, and a group's many files
+    # need not pay a server-side copy each (see the module doc).
+    fs.atomic_write(path, write, direct_upload=True)
 
 
 def spill_group(directory: str, group: GroupId, rows: EncodedRows, stats: Stats) -> SpillRef:

@@ -5,6 +5,11 @@ The contents go into a picklable `TokenizerFiles`. A job stages them once
 `StagedTokenizerFiles` reference: Beam pickles and bz2-compresses every DoFn
 into the job graph and unpickles it again for every stage on every worker,
 which for a vocabulary of a megabyte or two costs most of a second per job.
+
+Every way in here (read for the launcher, loaded from the stage by a worker)
+also installs the machine's store for the encoders' load checks
+(`machine_cache.install`), so that the tokenizer built from these files next
+finds the checks another process made.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import fsspec
 
 from transforms.core.tokenizer import GPT2, HF, KINDS, NEOX, TokenizerFiles
 from transforms.core.tokenizer.fast import DEFAULT_CHECK_SHARE
-from transforms.io import fs
+from transforms.io import fs, machine_cache
 
 __all__ = ["read_tokenizer_files", "read_chat_template", "autotokenizer_files", "custom_tokenizer_files",
            "stage_tokenizer_files",
@@ -53,6 +58,7 @@ def read_tokenizer_files(
     `backend` (--tokenizer_backend) says which library encodes; `check_share`
     (--tokenizer_cross_check) and `check_seed` (--seed) which texts fastokens' ids are checked on.
     """
+    machine_cache.install()
     overrides = dict(eos_id=eos_id, pad_id=pad_id, sep_token=sep_token, backend=backend,
                      extra_special_tokens=tuple(extra_special_tokens), check_share=float(check_share),
                      check_seed=int(check_seed))
@@ -199,6 +205,7 @@ class StagedTokenizerFiles:
     sha256: str
 
     def load(self) -> TokenizerFiles:
+        machine_cache.install()  # a worker's way in: it builds the tokenizer next
         with _LOADED_LOCK:
             files = _LOADED.get(self.sha256)
             if files is None:
@@ -274,6 +281,7 @@ def autotokenizer_files(name: str, params: dict, **overrides) -> TokenizerFiles:
 
 
 def _from_object(obj, name: str, what: str, overrides: dict) -> TokenizerFiles:
+    machine_cache.install()
     backend = getattr(obj, "backend_tokenizer", None)
     if backend is None or not hasattr(backend, "to_str"):
         raise ValueError(f"{what}: it does not wrap a Hugging Face fast tokenizer (no backend_tokenizer), which "

@@ -12,11 +12,11 @@ One idea per module:
 - `exact`: why tiktoken's BPE gives `tokenizers`' ids, and the check of it.
 - `cutting`: documents to ids: the reference's split_text rule, EOS, and
   long texts cut at safe spaces at bounded cost.
-- `machine_cache`: the encoders' load checks, made once per process and
-  once per machine.
+- `check_cache`: the encoders' load checks, made once per process, and once
+  per machine in the store the I/O layer hands in (`transforms.io.machine_cache`).
 
 Imports among them run one way, load -> tokenizer -> cutting -> backends ->
-exact (and machine_cache): nothing imports a module above it, not even for type hints.
+exact (and check_cache): nothing imports a module above it, not even for type hints.
 """
 
 from transforms.core.tokenizer.backends import BACKENDS

@@ -48,9 +48,9 @@ import tokenizers
 from tokenizers import models
 
 from transforms.core.threads import machine_cpus
+from transforms.core.tokenizer.check_cache import CheckCache, cache_key
 from transforms.core.tokenizer.exact import NotExact, RankTable, check_options, rank_table
 from transforms.core.tokenizer.fast import DEFAULT_CHECK_SHARE, FASTOKENS, FastokensEncoder, Unavailable
-from transforms.core.tokenizer.machine_cache import MachineCache, cache_key
 from transforms.core.tokenizer.probes import PROBES
 
 __all__ = ["AUTO", "TOKENIZERS", "TIKTOKEN", "FASTOKENS", "BACKENDS", "HfEncoder", "TiktokenEncoder", "select_encoder",
@@ -180,10 +180,9 @@ def _load_table(data: dict) -> "RankTable | NotExact":
 
 
 # The rank table of a BPE model, or why there is none: building it checks every merged token with
-# tokenizers' BPE, about 0.3 s of Python for GPT-2, held once per process and once per machine (the
-# oracle is tokenizers' own BPE, so its release is part of the key).
-_TABLES: MachineCache["RankTable | NotExact"] = MachineCache("rank_tables", dump=_dump_table, load=_load_table,
-                                                             keep=4)
+# tokenizers' BPE, about 0.3 s of Python for GPT-2, held once per process and once per machine where the
+# I/O layer installed its store (the oracle is tokenizers' own BPE, so its release is part of the key).
+_TABLES: CheckCache["RankTable | NotExact"] = CheckCache("rank_tables", dump=_dump_table, load=_load_table, keep=4)
 
 
 def _table_for(backend: tokenizers.Tokenizer, model_json: str) -> "RankTable | NotExact":

@@ -46,8 +46,8 @@ from typing import Optional, Sequence
 import numpy as np
 import tokenizers
 
+from transforms.core.tokenizer.check_cache import CheckCache, cache_key
 from transforms.core.tokenizer.exact import NotExact
-from transforms.core.tokenizer.machine_cache import MachineCache, cache_key
 from transforms.core.tokenizer.probes import PROBES
 
 __all__ = ["FASTOKENS", "FastokensEncoder", "Unavailable", "Tally", "tally", "CHECK_FIELDS", "vocabulary_check",
@@ -177,9 +177,10 @@ def _reason(value) -> Optional[str]:
 
 
 # key -> None (passed) or the reason it failed. The check costs about a second per 50k tokens of
-# vocabulary, so it is made once per process, and once per machine where a cache directory is writable
-# (every worker process of a job, and every job, builds the same tokenizers).
-_CHECKS: MachineCache[Optional[str]] = MachineCache(
+# vocabulary, so it is made once per process, and once per machine where the I/O layer installed its
+# store and a cache directory is writable (every worker process of a job, and every job, builds the
+# same tokenizers).
+_CHECKS: CheckCache[Optional[str]] = CheckCache(
     "fastokens_checks", dump=lambda reason: {"reason": reason}, load=lambda data: _reason(data["reason"]))
 
 

@@ -1,0 +1,197 @@
+"""The job graph: `build` wires the stages a JobPlan asks for, and nothing else.
+
+    input manifest -> ReadCorpus -> (SkipStoredGroups, on resume)
+        -> NormalizeDocuments -> TokenizeDocuments      (Chat, Chat_VSL, DPO: EncodeConversations)
+        -> (SelectMixture) -> the mode's rows -> EncodeRows -> (StoreGroups) -> WriteHdf5Shards
+        -> WriteDatasetParams (data_params.json)
+    ReadCorpus's bad records -> WriteDeadLetters
+
+A split job routes each document to its output after reading (RouteDocuments)
+and ends in WriteSplitParams; the stages between take each output's settings
+(PerPart), so the graph does not grow with the outputs.
+
+Every setting comes from the plan (pipelines.plan); nothing here reads flags,
+options or files.
+"""
+
+import dataclasses
+
+import apache_beam as beam
+
+from pipelines.config import FIM, LMDATA, SUMMARIZATION, SUMMARIZATION_MODES, SUMMARIZATION_VSL, VSL_MODES
+from pipelines.plan import JobPlan
+from transforms.core.chat.batch import RecordCheck
+from transforms.core.records import PerPart
+from transforms.io import fs
+from transforms.io.dead_letters import WriteDeadLetters
+from transforms.io.hdf5_sink import EncodeRows, WriteHdf5Shards
+from transforms.io.hooks import DOCUMENT, PREFERENCE, REGIONS, ReadHookCheck
+from transforms.io.intermediate import MIXTURE_PLAN, STORED, SkipStoredGroups, StoreGroups
+from transforms.io.manifest import MergeStats, WriteDatasetParams, WriteSplitParams
+from transforms.io.read_corpus import DEAD_LETTERS, DOCS, ReadCorpus, ReadInputManifest
+from transforms.stages.chat import BuildChatRows, EncodeConversations
+from transforms.stages.fim import ApplyFim
+from transforms.stages.mixture import SelectMixture
+from transforms.stages.normalize import NormalizeDocuments
+from transforms.stages.pack import PackSequences
+from transforms.stages.splits import REST, RouteDocuments, SeparateRest
+from transforms.stages.summarize import BuildSummarizationRows
+from transforms.stages.tokenize import TokenizeDocuments
+from transforms.stages.vsl import PackDocumentsVsl
+
+__all__ = ["build", "record_check"]
+
+
+def build(pipeline: beam.Pipeline, plan: JobPlan):
+    """Wire the stages; returns the PCollection holding the final params dict."""
+    read = (
+        pipeline
+        | "InputFiles" >> ReadInputManifest(plan.input_manifest)
+        | "ReadCorpus" >> ReadCorpus(keys=plan.keys, join_keys=plan.join_keys, group_bytes=plan.group_bytes,
+                                     max_record_bytes=plan.max_record_bytes, unit_groups=plan.unit_groups,
+                                     fan_out_bytes=plan.fan_out_bytes, txt_lines=plan.txt_lines,
+                                     check=record_check(plan))
+    )
+    docs, stored = read[DOCS], None
+    # A mixture resumes from the plan its interrupted run kept; without one, no group was selected (and so none
+    # stored) before it stopped.
+    if plan.storage_dir and plan.resume and (plan.mixture is None or plan.mixture_plan is not None):
+        copies = None
+        if plan.mixture is not None:
+            copies = (*(plan.mixture_plan.groups_of(k) for k in plan.mixture_sources), len(plan.files))
+        skipped = docs | "SkipStoredGroups" >> SkipStoredGroups(plan.storage_dir, plan.splits, copies)
+        docs, stored = skipped.todo, skipped[STORED]
+    dead_letters = read[DEAD_LETTERS] | "DeadLetters" >> WriteDeadLetters(plan.output_dir)
+    if plan.splits is None:
+        tokens, mixture = _tokens(plan, docs), None
+        if plan.mixture is not None:
+            tokens, mixture = tokens | "SelectMixture" >> _select_mixture(plan)
+        return _write(plan, _rows(plan, tokens), stored, dead_letters, mixture)
+    return _build_splits(plan, docs, stored, dead_letters)
+
+
+def _select_mixture(plan: JobPlan) -> SelectMixture:
+    """The mixture's stage: its plan kept beside the stored groups (a resumable job), or the kept one used."""
+    keep = fs.join(plan.output_dir, fs.TMP_DIR, MIXTURE_PLAN) if plan.storage_dir else None
+    return SelectMixture(plan.mixture, plan.mixture_sources, len(plan.files), keep_plan=keep,
+                         plan=plan.mixture_plan, encoded=plan.chat is not None,
+                         storage_dir=fs.join(plan.storage_dir, "mixture") if plan.storage_dir else None)
+
+
+def record_check(plan: JobPlan):
+    """What the reader asks of each record it parsed: a read hook's regions, a chat's well-formedness, nothing."""
+    if plan.region_defaults is not None:  # a record is what the hook's regions make of it, for the mode at hand
+        output = DOCUMENT if plan.chat is None else PREFERENCE if plan.chat.dpo else REGIONS
+        return ReadHookCheck(plan.hook, dict(plan.hook_kwargs), tuple(map(str, plan.keys)), plan.region_defaults,
+                             output=output)
+    return RecordCheck(plan.chat) if plan.chat else None
+
+
+def _build_splits(plan: JobPlan, docs, stored, dead_letters):
+    """Each document routed to one output; the outputs written by one set of transforms, each stage taking
+    its settings for the output at hand (PerPart); every output's data_params.json, then the summary.
+
+    Documents are read, normalized and tokenized once. The graph does not grow with the outputs.
+    """
+    splits = plan.splits
+    outputs = [plan.for_output(k) for k in range(len(splits.outputs))]
+
+    def per_part(get):
+        return None if get(plan) is None else PerPart(tuple(get(o) for o in outputs))
+
+    keyed = dataclasses.replace(plan, pack=per_part(lambda p: p.pack), fim=per_part(lambda p: p.fim),
+                                summarization=per_part(lambda p: p.summarization), vsl=per_part(lambda p: p.vsl),
+                                chat=per_part(lambda p: p.chat))
+    routed = docs | "RouteDocuments" >> RouteDocuments(splits, plan.normalize if plan.chat is None else None)
+    parts, rest = routed.parts, routed[REST]
+    tokens, mixture = (parts | "EncodeConversations" >> _encode_conversations(keyed) if plan.chat is not None
+                       else parts | "TokenizeDocuments" >> _tokenize(plan)), None
+    if plan.mixture is not None:
+        # After the routing: a document's copies are drawn with it, so they are all in its output.
+        tokens, mixture = tokens | "SelectMixture" >> _select_mixture(plan)
+    rows = _rows(keyed, tokens)
+    if plan.storage_dir:
+        rest = rest | "StoreRest" >> StoreGroups(plan.storage_dir)
+    if stored is not None:
+        stored = stored | "SeparateStoredRest" >> SeparateRest(splits)
+        rest = (rest, stored["rest"]) | "WithStoredRest" >> beam.Flatten()
+        stored = stored["outputs"]
+    rest_stats = (rest | "RestStats" >> beam.Map(lambda b: b.stats)
+                  | "MergeRestStats" >> beam.CombineGlobally(MergeStats()))
+    blocks, shards = _write_shards(plan, rows, stored, row_format=per_part(lambda p: p.row_format),
+                                   output_dir=per_part(lambda p: p.output_dir))
+    stats = (blocks | "Stats" >> beam.Map(lambda b: (b.group.part, b.stats))
+             | "MergeStats" >> beam.CombinePerKey(MergeStats()))
+    return shards | "WriteSplitParams" >> WriteSplitParams(
+        output_dir=plan.output_dir, outputs=splits.outputs, output_dirs=tuple(o.output_dir for o in outputs),
+        sections=tuple(o.sections for o in outputs), extras=tuple(o.extra for o in outputs), eos_id=plan.eos_id,
+        pad_id=plan.pad_id, vocab_size=plan.vocab_size, features=plan.features, stats=stats,
+        rest_stats=rest_stats, dead_letters=dead_letters, summary_sections=plan.sections,
+        summary_extra={**plan.extra, "features": list(plan.features)}, mixture=mixture)
+
+
+def _tokenize(plan: JobPlan) -> TokenizeDocuments:
+    return TokenizeDocuments(
+        plan.tokenizer_files, split_len=plan.split_len, remove_bos_in_chunks=plan.remove_bos_in_chunks,
+        append_eos=plan.mode not in SUMMARIZATION_MODES, drop_bos=plan.mode == FIM, process_cpus=plan.process_cpus)
+
+
+def _encode_conversations(plan: JobPlan) -> EncodeConversations:
+    # Contents are normalized, rendered and tokenized together: the template decides the tokens.
+    return EncodeConversations(plan.chat, plan.tokenizer_files, process_cpus=plan.process_cpus)
+
+
+def _tokens(plan: JobPlan, docs):
+    """DocBatch -> TokenBatch (the text modes) or EncodedBatch (Chat, Chat_VSL, DPO)."""
+    if plan.chat is not None:
+        return docs | "EncodeConversations" >> _encode_conversations(plan)
+    return (docs
+            | "NormalizeDocuments" >> NormalizeDocuments(plan.normalize)
+            | "TokenizeDocuments" >> _tokenize(plan))
+
+
+def _rows(plan: JobPlan, batches):
+    """TokenBatch (Chat and DPO: EncodedBatch) -> the mode's rows (RowBlock, or WindowBlock whose rows are built
+    a batch at a time)."""
+    if plan.chat is not None:
+        return batches | "BuildChatRows" >> BuildChatRows(plan.chat)
+    tokens = batches
+    if plan.mode == LMDATA:
+        # Windows over the token stream: full [n, 3, msl] rows are only built, a batch at a time, to encode them.
+        return tokens | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed, windows_only=True)
+    if plan.mode == SUMMARIZATION:
+        return tokens | "BuildSummarizationRows" >> BuildSummarizationRows(plan.summarization)
+    if plan.mode in VSL_MODES:
+        # Segments and where they go; the [n, 5, msl] rows are only built, a batch at a time, to encode them.
+        return tokens | "PackDocumentsVsl" >> PackDocumentsVsl(plan.vsl, seed=plan.seed,
+                                                              summarization=plan.mode == SUMMARIZATION_VSL)
+    return (tokens
+            | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
+            | "ApplyFim" >> ApplyFim(plan.fim, tokenizer_files=plan.tokenizer_files, seed=plan.seed))
+
+
+def _write_shards(plan: JobPlan, rows, stored, *, row_format, output_dir):
+    """Rows -> compressed chunks -> shards (every mode alike); returns (the encoded blocks, the shards)."""
+    blocks = rows | "EncodeRows" >> EncodeRows(row_format, plan.tokenizer_files, gzip_level=plan.codec,
+                                               process_cpus=plan.process_cpus)
+    if plan.storage_dir:
+        blocks = blocks | "StoreGroups" >> StoreGroups(plan.storage_dir)
+    if stored is not None:
+        blocks = (blocks, stored) | "WithStoredGroups" >> beam.Flatten()
+    shards = blocks | "WriteHdf5Shards" >> WriteHdf5Shards(
+        output_dir=output_dir, output_name=plan.output_name, files_per_record=plan.files_per_record,
+        num_output_files=plan.num_output_files, shuffle_seed=plan.shuffle_seed,
+        max_seq_length=PerPart(tuple(f.max_seq_length for f in row_format.values))
+        if isinstance(row_format, PerPart) else row_format.max_seq_length,
+        features=len(plan.features), gzip_level=plan.gzip_level, keep_existing=plan.resume)
+    return blocks, shards
+
+
+def _write(plan: JobPlan, rows, stored, dead_letters, mixture=None):
+    """Rows -> shards, dead letters counted, data_params.json (one dataset; `mixture`: its plan's summary)."""
+    blocks, shards = _write_shards(plan, rows, stored, row_format=plan.row_format, output_dir=plan.output_dir)
+    stats = blocks | "Stats" >> beam.Map(lambda b: b.stats) | "MergeStats" >> beam.CombineGlobally(MergeStats())
+    return shards | "WriteDatasetParams" >> WriteDatasetParams(
+        output_dir=plan.output_dir, sections=plan.sections, eos_id=plan.eos_id, pad_id=plan.pad_id,
+        vocab_size=plan.vocab_size, features=plan.features, stats=stats, dead_letters=dead_letters,
+        extra=plan.extra, mixture=mixture)
