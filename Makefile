@@ -4,12 +4,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_OUT ?= demo_output
 
-.PHONY: demo test fuzz test-runners runners prism-cache flink-cluster flink-cluster-stop spark-job-server spark-job-server-stop bench-runners test-torch install bench bench-ftfy bench-estimate bench-compress bench-read vsl-pack-bench scale-sim split-bench read-rates progress-eta mutation clean
+.PHONY: demo test docs fuzz test-runners runners prism-cache flink-cluster flink-cluster-stop spark-job-server spark-job-server-stop bench-runners test-torch install bench bench-ftfy bench-estimate bench-compress bench-read vsl-pack-bench scale-sim split-bench read-rates progress-eta mutation clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[gcp,test,report,huggingface]"
+	$(PY) -m pip install --quiet -e ".[gcp,test,report,huggingface,docs]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -26,8 +26,13 @@ demo: install
 # They are set up on first use into .runners/ (kept); without Go or Java they skip, unless REQUIRE_RUNNERS=1.
 # Two test processes (the CI machine's cores), each taking whole test files: module fixtures (an emulator, a Flink
 # cluster) are started once, in one process.
-test: install
+test: install docs
 	$(PY) -m pytest -q -o faulthandler_timeout=600 -m "not engine_matrix" -n 2 --dist loadfile tests
+
+# The documentation site (docs/, Sphinx + MyST) into docs/_build/html, strict: a broken link or anchor, a page in
+# no table of contents, or a setting the reference cannot describe fails. tests/test_docs.py runs its commands.
+docs: install
+	$(PY) -m sphinx -E -W --keep-going -q -b html docs docs/_build/html
 
 # Whole jobs of every mode on hostile input, longer than make test's few examples (tests/test_fuzz_jobs.py).
 FUZZ_EXAMPLES ?= 60

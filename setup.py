@@ -53,6 +53,11 @@ setup(
         # nor the worker image need it, and a job of local files never imports it. Tested with 5.2.
         "huggingface": ["datasets>=3.0"],
         "zlibng": ["zlib-ng>=0.5"],  # --compressor zlib-ng
+        # `make docs`: Sphinx with MyST (the pages are Markdown, readable on GitHub too), Furo, and Mermaid
+        # diagrams from their text. Sphinx over MkDocs: actively maintained, and -W turns every broken link,
+        # missing anchor and page left out of the contents into an error; the settings reference is a directive
+        # of ours (docs/_ext) reading pipelines/config.py.
+        "docs": ["sphinx>=8", "myst-parser>=4", "furo>=2024.8", "sphinxcontrib-mermaid>=1.0"],
     },
     entry_points={"console_scripts": ["create_hdf5_dataset=pipelines.command:cli",
                                       # Cerebras 2.10's name for the same job, for its --config form

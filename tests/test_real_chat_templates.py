@@ -1,5 +1,5 @@
 """Real models' chat templates (issue #33): each renders as transformers renders it, and trains what it should,
-or refuses a conversation with a reason the README lists; never a silent all-zero or misplaced mask.
+or refuses a conversation with a reason the chat guide (docs/guides/chat.md) lists; never a silent all-zero or misplaced mask.
 
 Templates: tests/data/chat_templates (PROVENANCE.md: where each comes from, its license) and today's from
 ../shared/tokenizers. Each is applied with a tokenizer we have, the model's own where we have it (Llama's for
@@ -13,7 +13,7 @@ Llama 3.1 and Hermes 3, Mistral-Nemo's Tekken for Mistral-Small), Qwen2.5's othe
 - **a reason**: the conversation is refused with it (when transformers itself raises, the reason is
   template_error).
 
-`EXPECTED` is the table in the README ("Real chat templates").
+`EXPECTED` is the table in docs/guides/chat.md ("Real templates").
 """
 
 from __future__ import annotations
@@ -137,8 +137,8 @@ def test_a_real_template_renders_as_transformers_and_trains_the_assistant(name, 
 
 
 def test_the_readme_table_is_the_expected_one():
-    """README's table of real templates says what EXPECTED says."""
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    """The chat guide's table of real templates says what EXPECTED says."""
+    readme = (Path(__file__).parents[1] / "docs" / "guides" / "chat.md").read_text()
     table = "\n".join(line.strip() for line in
                       readme[readme.index("<!-- real-templates -->"):readme.index("<!-- /real-templates -->")]
                       .splitlines())
