@@ -25,9 +25,9 @@ __all__ = ["Config", "ConfigError", "MODES", "VSL_MODES", "SUMMARIZATION_MODES",
            "build_parser", "load_config", "SETTINGS"]
 
 from pipelines.settings import (  # noqa: F401 - the table and the modes, which callers also take from here
-    LMDATA, SUMMARIZATION, FIM, LMDATA_VSL, SUMMARIZATION_VSL, CHAT, CHAT_VSL, DPO, MODES,
-    VSL_MODES, SUMMARIZATION_MODES, CONVERSATION_MODES, CHAT_MODES, TOKENIZER_TYPES, TOKENIZER_BACKENDS, COMPRESSORS, PROCESSOR_NAMES,
-    INT_DTYPES, ConfigError, Setting, SETTINGS)
+    CHAT, CHAT_MODES, CHAT_VSL, COMPRESSORS, CONVERSATION_MODES, DPO, FIM, INT_DTYPES, LMDATA, LMDATA_VSL, MODES,
+    PROCESSOR_NAMES, SETTINGS, SUMMARIZATION, SUMMARIZATION_MODES, SUMMARIZATION_VSL, TOKENIZER_BACKENDS,
+    TOKENIZER_TYPES, VSL_MODES, ConfigError, Setting)
 
 _BY_NAME = {s.name: s for s in SETTINGS}
 # Keys the reference's YAML files may carry that mean nothing to a Beam job.
@@ -525,7 +525,8 @@ def _validate_splits(v: dict, sources: dict) -> None:
                 check_name("subsets: subset", name)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
-        _require(len(set(v.get("subsets") or ())) == len(v.get("subsets") or ()), "subsets: a directory is listed twice")
+        _require(len(set(v.get("subsets") or ())) == len(v.get("subsets") or ()),
+                 "subsets: a directory is listed twice")
 
 
 # pipelines.estimate: the share of the input it samples unless --sample says otherwise.

@@ -197,8 +197,8 @@ def plan_job(config: Config) -> JobPlan:
     if config.mode in CHAT_MODES:  # what the job used (a 2.10 config may get ChatML): verify rebuilds from it
         sections["processing"]["chat_template"] = chat_template_setting(config, tok_files)
     # Chat modes render and encode each conversation with offsets, which only tokenizers gives.
-    encoder = {"encoder": "tokenizers"} if config.mode in CHAT_MODES else {
-        "encoder": tokenizer.encoder_name, **({"encoder_note": tokenizer.encoder_note} if tokenizer.encoder_note else {})}
+    note = {"encoder_note": tokenizer.encoder_note} if tokenizer.encoder_note else {}
+    encoder = {"encoder": "tokenizers"} if config.mode in CHAT_MODES else {"encoder": tokenizer.encoder_name, **note}
     extra = {"tokenizer": {"fingerprint": tokenizer.fingerprint(), "vocab_size": tokenizer.vocab_size,
                            "eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id, "bos_id": tokenizer.bos_id,
                            "sep_id": tokenizer.sep_id, **encoder},

@@ -178,6 +178,21 @@ def test_the_ways_to_a_tokenizers_files_install_the_machines_store(tmp_path):
     assert use_store(None) is MACHINE_STORE
 
 
+def test_a_store_of_the_callers_own_is_kept(tmp_path):
+    """Reading tokenizer files installs the machine's store only where there is none."""
+    class Mine:
+        def get(self, folder, key):
+            raise KeyError(key)
+
+        def put(self, folder, key, data):
+            pass
+
+    mine = Mine()
+    use_store(mine)
+    CASES["gpt2-bundled"][1]()
+    assert use_store(None) is mine
+
+
 # ------------------------------------------------------------ rank tables
 
 

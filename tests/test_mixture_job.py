@@ -322,18 +322,16 @@ def test_kill_and_resume_gives_the_uninterrupted_bytes(sources, job, tmp_path, k
     """Killed before the plan is made, a resumed job counts everything again; killed once groups (and their
     copies) are stored, it reads the kept plan and only the groups not stored."""
     import signal
-    import subprocess
     import sys
     import time
 
-    from tests.helpers import ROOT, env_to_kill, stderr_text
+    from tests.helpers import ROOT, env_to_kill, popen_logged, stderr_text
 
     out = tmp_path / "out"
     args = _args(_mixture(sources), out, "--shuffle", "True", "--packing_group_mb", "1")
     reference = run_job(_args(_mixture(sources), tmp_path / "ref", "--shuffle", "True", "--packing_group_mb", "1"))
-    proc = subprocess.Popen([sys.executable, "-m", "pipelines.create_hdf5_dataset", *args, *RUNNER], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-                            env=env_to_kill(tmp_path))
+    proc = popen_logged([sys.executable, "-m", "pipelines.create_hdf5_dataset", *args, *RUNNER], cwd=ROOT,
+                        start_new_session=True, env=env_to_kill(tmp_path))
     plan, groups = out / ".tmp" / "mixture_plan.json", out / ".tmp" / "groups"
 
     def copies_stored() -> list:

@@ -16,7 +16,7 @@ import json
 import os
 from typing import Any
 
-from transforms.core.tokenizer.check_cache import use_store
+from transforms.core.tokenizer.check_cache import has_store, use_store
 from transforms.io import fs
 
 __all__ = ["MachineStore", "MACHINE_STORE", "install"]
@@ -51,5 +51,7 @@ MACHINE_STORE = MachineStore()
 
 
 def install() -> None:
-    """Keep the load checks of the tokenizers this process builds on this machine (idempotent, cheap)."""
-    use_store(MACHINE_STORE)
+    """Keep the load checks of the tokenizers this process builds on this machine (idempotent, cheap). A store
+    installed before (a caller's own) stays: this is only the default where there is none."""
+    if not has_store():
+        use_store(MACHINE_STORE)

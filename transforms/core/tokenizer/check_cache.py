@@ -20,7 +20,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable, Generic, Optional, Protocol, TypeVar
 
-__all__ = ["CheckCache", "Store", "cache_key", "use_store"]
+__all__ = ["CheckCache", "Store", "cache_key", "use_store", "has_store"]
 
 T = TypeVar("T")
 _MISSING = object()
@@ -65,6 +65,11 @@ def use_store(store: Optional[Store]) -> Store:
     global _store
     before, _store = _store, (store if store is not None else _NoStore())
     return before
+
+
+def has_store() -> bool:
+    """Whether a store is installed (one that keeps results beyond this process)."""
+    return not isinstance(_store, _NoStore)
 
 
 class CheckCache(Generic[T]):
