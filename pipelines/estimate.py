@@ -32,8 +32,8 @@ from typing import Optional
 
 import numpy as np
 
-from pipelines.config import (DEFAULT_SAMPLE, FIM, SUMMARIZATION_MODES, Config, ConfigError, load_config,
-                              split_estimate_args)
+from pipelines.config import (CHAT, DEFAULT_SAMPLE, DPO, FIM, SUMMARIZATION_MODES, Config, ConfigError,
+                              load_config, split_estimate_args)
 from pipelines.process import HeadStart
 from transforms.core.estimate import Interval, Stratum, by_bytes, by_poisson, combine, scaled
 from transforms.core.mixture import targets
@@ -47,7 +47,7 @@ __all__ = ["main", "estimate", "Estimate"]
 # docs/dataflow.md, "Prices assumed": an n2-standard-4 worker-hour, all in (vCPU, memory, disk), per vCPU.
 DATAFLOW_USD_PER_VCPU_HOUR = 0.07057
 # Modes whose every kept record is one row (counted record by record, not from the sample job's rows per token).
-ONE_ROW_PER_RECORD = ("Chat", "DPO")
+ONE_ROW_PER_RECORD = (CHAT, DPO)
 
 
 @dataclasses.dataclass
@@ -112,11 +112,9 @@ class _Tokens:
             self._tok = self._tok.without_bos()
         self._chat = None
         if plan.chat is not None:
-            from transforms.core.chat.encode import ChatEncoder
-            from transforms.core.chat.template import ChatRenderer
+            from transforms.core.chat.batch import chat_encoder
 
-            renderer = ChatRenderer(plan.chat.template, dict(plan.chat.template_tokens))
-            self._chat = ChatEncoder(renderer, self._tok.backend, loss_span=plan.chat.loss_span)
+            self._chat = chat_encoder(plan.chat, self._tok.backend)
 
     def __call__(self, docs: list) -> list[int]:
         if not docs:
@@ -149,7 +147,7 @@ class _Tokens:
         cfg = self._plan.chat
         encode = encode_pairs if cfg.dpo else encode_conversations
         group = GroupId(0, 0, "estimate", "estimate")
-        return [int(encode(DocBatch(group, [doc]), self._chat, cfg).counts.sum()) for doc in docs]
+        return [int(encode(DocBatch(group, [doc]), self._chat, cfg).token_counts().sum()) for doc in docs]
 
 
 def _json_line(keys: tuple, doc: Document) -> bytes:
@@ -242,8 +240,8 @@ class _Counter:
 
 
 def _by_byte(plan, count: _Counter, f, size: int, fraction: float, seed: int, work: str, target: str) -> tuple:
-    """A file sampled by byte: (its documents' stratum, its tokens' stratum, the tokens its share of the job on
-    the sample holds), that share written to `target`."""
+    """A file sampled by byte: (its documents' stratum, its tokens' stratum, its kept records' stratum, the
+    tokens its share of the job on the sample holds), that share written to `target`."""
     draws = draw_lines(f.path, size, math.ceil(fraction * size), seed, f.relpath)
     drawn = os.path.join(work, "drawn", f.relpath)
     os.makedirs(os.path.dirname(drawn), exist_ok=True)

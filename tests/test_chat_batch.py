@@ -145,6 +145,14 @@ def test_inverted_mask_and_pad_id():
     assert row[1].tolist() == [1, 1, 1, 1, 0, 0, 0, 1, 1]
 
 
+def test_a_group_whose_every_conversation_is_dropped_counts_no_token():
+    """What a mixture reads of an encoded group (its tokens per record) holds for an empty one too."""
+    long = conversation(("user", "abcdefgh"), ("assistant", "yo"))  # 14 tokens
+    encoded = B.encode_conversations(docs_batch(long, long), encoder(), cfg(max_seq_length=12))
+    assert encoded.tokens == [] and encoded.token_counts().tolist() == []
+    assert encoded.stats.totals["dropped.too_long"] == 2
+
+
 def test_too_long_conversations_are_dropped_or_cut():
     long = conversation(("user", "abcdefgh"), ("assistant", "yo"))  # 14 tokens
     fits = conversation(("user", "a"), ("assistant", "b"))  # 6 tokens

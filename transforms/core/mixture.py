@@ -38,6 +38,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from transforms.core.records import document_token_counts
 from transforms.core.seeds import hash_key
 
 __all__ = ["MixtureSource", "MixtureSpec", "Histogram", "SourcePlan", "MixturePlan", "parse_token_count",
@@ -177,9 +178,7 @@ def batch_hashes(tokens: Sequence[tuple], seed: int,
     the batch knows its own (a DPO pair counts its prompt twice), else every key's ids."""
     key = hash_key(MIXTURE_KEY, seed)
     hashes = np.fromiter((document_hash(doc, key) for doc in tokens), dtype=np.uint64, count=len(tokens))
-    if counts is None:
-        counts = np.fromiter((sum(len(ids) for ids in doc) for doc in tokens), dtype=np.int64, count=len(tokens))
-    return hashes, counts
+    return hashes, document_token_counts(tokens) if counts is None else counts
 
 
 @dataclasses.dataclass

@@ -271,6 +271,11 @@ class DocBatch:
     progress_bytes: int = 0  # the group's share of its file's bytes on storage: the progress bar's unit of work
 
 
+def document_token_counts(tokens) -> np.ndarray:
+    """int64 per document (a tuple of per-key id arrays): its tokens, every key's."""
+    return np.fromiter((sum(len(ids) for ids in doc) for doc in tokens), dtype=np.int64, count=len(tokens))
+
+
 @dataclasses.dataclass
 class TokenBatch:
     """Token arrays of one packing group: per document, one int32 array per key, EOS appended.
@@ -285,9 +290,7 @@ class TokenBatch:
     flat: Optional[np.ndarray] = None
 
     def token_counts(self) -> np.ndarray:
-        """int64 per document: its tokens, every key's."""
-        return np.fromiter((sum(len(ids) for ids in doc) for doc in self.tokens), dtype=np.int64,
-                           count=len(self.tokens))
+        return document_token_counts(self.tokens)
 
     def take(self, keep: np.ndarray, group: GroupId, stats: Stats) -> "TokenBatch":
         """The documents at `keep` (indices, in order) as a batch of `group` with `stats`."""
@@ -301,25 +304,25 @@ class EncodedBatch:
     """Encoded chat records of one packing group, before their rows are laid out.
 
     Per record, a tuple of arrays: Chat and Chat_VSL (ids int32, trained
-    bool[, attend bool]); DPO (prompt, chosen, rejected, int32). `counts`:
-    its tokens, as the job counts them (a DPO pair's prompt twice, once per
-    side); `doc_stats`: what each record adds to the statistics once it is
-    written (tokens by role), name -> int64 per record. Kept per record so that
-    a mixture's selection and copies count exactly what they write.
+    bool[, attend bool]); DPO (prompt, chosen, rejected, int32).
+    `doc_stats`: what each record adds to the statistics once it is written,
+    name -> int64 per record; its "tokens" are the record's tokens as the job
+    counts them (a DPO pair's prompt twice, once per side), and a Chat
+    record's tokens by role. Kept per record so that a mixture's selection and
+    copies count exactly what they write.
     """
 
     group: GroupId
     tokens: list  # list[tuple[np.ndarray, ...]]
     stats: Stats
-    counts: np.ndarray  # int64 [n]
-    doc_stats: dict  # str -> int64 [n]
+    doc_stats: dict  # str -> int64 [n], "tokens" among them
     positions: int = 0  # the rows' positions the encoder told the progress bar (the row stage settles it)
 
     def token_counts(self) -> np.ndarray:
-        return self.counts
+        return self.doc_stats["tokens"]
 
     def take(self, keep: np.ndarray, group: GroupId, stats: Stats) -> "EncodedBatch":
-        return EncodedBatch(group, [self.tokens[i] for i in keep.tolist()], stats, self.counts[keep],
+        return EncodedBatch(group, [self.tokens[i] for i in keep.tolist()], stats,
                             {k: v[keep] for k, v in self.doc_stats.items()},
                             positions=self.positions if group == self.group else 0)
 

@@ -138,8 +138,8 @@ _TOKENS = ".tokens.npz"
 
 def spill_tokens(directory: str, batch) -> SpillRef:
     """A TokenBatch's (or EncodedBatch's) arrays, key by key as one flat array and each document's length, under
-    the group's key (with a `tokens` suffix: a group's rows may be stored beside it); an EncodedBatch's counts
-    too. Its statistics travel with the reference."""
+    the group's key (with a `tokens` suffix: a group's rows may be stored beside it); an EncodedBatch's
+    per-record statistics too. Its statistics travel with the reference."""
     from transforms.core.records import EncodedBatch
 
     fs.makedirs(directory)
@@ -154,7 +154,6 @@ def spill_tokens(directory: str, batch) -> SpillRef:
                                                                                                 copy=False))
         arrays[f"lengths{k}"] = np.fromiter((len(a) for a in column), dtype=np.int64, count=len(column))
     if isinstance(batch, EncodedBatch):
-        arrays["counts"] = batch.counts
         arrays["positions"] = np.int64(batch.positions)
         arrays.update({"stat." + name: v for name, v in batch.doc_stats.items()})
 
@@ -179,7 +178,7 @@ def load_tokens(ref: SpillRef, group: GroupId, stats: Stats):
         ends = np.cumsum(data[f"lengths{k}"]).tolist()
         columns.append([flat[a:b] for a, b in zip([0] + ends[:-1], ends)])
     tokens = list(zip(*columns)) if keys else [() for _ in range(n)]
-    if "counts" in data.files:
+    if "positions" in data.files:  # an EncodedBatch's
         doc_stats = {name[len("stat."):]: data[name] for name in data.files if name.startswith("stat.")}
-        return EncodedBatch(group, tokens, stats, data["counts"], doc_stats, positions=int(data["positions"]))
+        return EncodedBatch(group, tokens, stats, doc_stats, positions=int(data["positions"]))
     return TokenBatch(group, tokens, stats, flat=flat0)

@@ -15,9 +15,9 @@ from typing import Optional
 
 import apache_beam as beam
 
-from transforms.core.chat.batch import ChatConfig, conversation_rows, dpo_rows, encode_conversations, encode_pairs
+from transforms.core.chat.batch import (ChatConfig, chat_encoder, conversation_rows, dpo_rows, encode_conversations,
+                                        encode_pairs)
 from transforms.core.chat.encode import ChatEncoder
-from transforms.core.chat.template import ChatRenderer
 from transforms.core.memory import release_free_memory
 from transforms.core.records import EncodedBatch, PerPart, WindowBlock, for_group
 from transforms.core.stats import PROGRESS_BYTES
@@ -42,8 +42,7 @@ class _EncodeConversationsFn(beam.DoFn):
         tokenizer = shared_tokenizer(self._files.load())
         # Every part's config has the same template and loss span: only the lengths differ.
         first = self._config.values[0] if isinstance(self._config, PerPart) else self._config
-        renderer = ChatRenderer(first.template, dict(first.template_tokens))
-        self._encoder = ChatEncoder(renderer, tokenizer.backend, loss_span=first.loss_span)
+        self._encoder = chat_encoder(first, tokenizer.backend)
 
     def process(self, batch):
         started = time.perf_counter()

@@ -26,13 +26,13 @@ from typing import Optional
 import numpy as np
 
 from transforms.core.chat.dpo import EncodedDpo, dpo_example, dpo_row, encode_dpo, fit_pair
-from transforms.core.chat.encode import Conversation, EncodedChat, parse_chat, render_conversation
+from transforms.core.chat.encode import ChatEncoder, Conversation, EncodedChat, parse_chat, render_conversation
 from transforms.core.chat.rows import truncate
 from transforms.core.chat.template import ChatError, ChatRenderer
 from transforms.core.normalize import NormalizeConfig, normalize_text
 from transforms.core.stats import ROLE_TOKENS, ROLE_TRAINED
 
-__all__ = ["ChatConfig", "RecordCheck", "DpoRows", "encode_conversations", "conversation_rows", "conversation_batch",
+__all__ = ["ChatConfig", "RecordCheck", "DpoRows", "chat_encoder", "encode_conversations", "conversation_rows", "conversation_batch",
            "encode_pairs", "dpo_rows", "dpo_batch", "DROP_TOO_SHORT"]
 
 DROP_TOO_SHORT = "shorter_than_min_sequence_len"
@@ -100,6 +100,11 @@ class RecordCheck:
         except ChatError as e:
             return e.reason, e.detail
         return None
+
+
+def chat_encoder(cfg: ChatConfig, backend) -> ChatEncoder:
+    """The encoder `cfg` asks for (its template, its tokens and loss span) over a tokenizer's backend."""
+    return ChatEncoder(ChatRenderer(cfg.template, dict(cfg.template_tokens)), backend, loss_span=cfg.loss_span)
 
 
 def _dpo_example(values: tuple, cfg: ChatConfig):
@@ -226,8 +231,8 @@ def _account(batch, used: int, dropped: Counter, counts: Counter) -> None:
 
 
 def _per_record(counters: list[Counter]) -> dict:
-    """Per-record Counters -> name -> int64 per record."""
-    names = sorted(set().union(*counters)) if counters else []
+    """Per-record Counters -> name -> int64 per record ("tokens" always, an empty batch's too)."""
+    names = sorted(set().union({"tokens"}, *counters))
     return {name: np.fromiter((c.get(name, 0) for c in counters), dtype=np.int64, count=len(counters))
             for name in names}
 
@@ -253,8 +258,7 @@ def encode_conversations(batch, encoder, cfg: ChatConfig):
             arrays += (np.ones(len(encoded.ids), bool) if encoded.attend is None else encoded.attend,)
         kept.append(arrays)
     _account(batch, None, dropped, counts)
-    lengths = np.fromiter((len(x[0]) for x in kept), dtype=np.int64, count=len(kept))
-    return EncodedBatch(batch.group, kept, batch.stats, lengths, _per_record(per_record))
+    return EncodedBatch(batch.group, kept, batch.stats, _per_record(per_record))
 
 
 def _written(encoded) -> None:
@@ -334,7 +338,7 @@ def encode_pairs(batch, encoder, cfg: ChatConfig):
         pairs.append((encoded.prompt, encoded.chosen, encoded.rejected))
     _account(batch, None, dropped, counts)
     tokens = np.fromiter((len(p) * 2 + len(c) + len(r) for p, c, r in pairs), dtype=np.int64, count=len(pairs))
-    return EncodedBatch(batch.group, pairs, batch.stats, tokens, {"tokens": tokens.copy()})
+    return EncodedBatch(batch.group, pairs, batch.stats, {"tokens": tokens})
 
 
 def dpo_rows(encoded, cfg: ChatConfig):
