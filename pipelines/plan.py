@@ -13,7 +13,7 @@ import json
 import os
 from typing import Optional
 
-from pipelines.config import (CHAT_MODES, DPO, FIM, SUMMARIZATION, SUMMARIZATION_MODES, SUMMARIZATION_VSL,
+from pipelines.config import (CHAT_MODES, CONVERSATION_MODES, DPO, FIM, SUMMARIZATION, SUMMARIZATION_MODES, SUMMARIZATION_VSL,
                               VSL_MODES, Config, job_max_seq_lengths)
 from pipelines.job_tokenizer import chat_template_setting, tokenizer_files
 from transforms.core import fast_ftfy
@@ -128,7 +128,8 @@ class JobPlan:
         return RowFormat(max_seq_length=self.pack.max_seq_length, pad_id=self.pad_id,
                          inverted_mask=self.sections["dataset"]["inverted_mask"],
                          trailing_eos_input=self.mode in (SUMMARIZATION, FIM, DPO),
-                         sides=2 if self.mode == DPO else 1)
+                         sides=2 if self.mode == DPO else 1,
+                         untrained_tail=self.mode in CONVERSATION_MODES and self.chat.loss_span != "turn")
 
 
 def _relpath(path: str, root: Optional[str]) -> str:
@@ -215,7 +216,8 @@ def plan_job(config: Config) -> JobPlan:
             max_seq_length=config.max_seq_length, pad_id=tokenizer.pad_id, min_sequence_len=config.min_sequence_len,
             short_seq_prob=config.short_seq_prob, fold_long_doc=bool(getattr(config, "fold_long_doc", True)),
             pack_sequences=config.pack_sequences, inverted_mask=config.inverted_mask, eos_id=tokenizer.eos_id,
-            sep_id=tokenizer.sep_id if config.mode == SUMMARIZATION_VSL else None)
+            sep_id=tokenizer.sep_id if config.mode == SUMMARIZATION_VSL else None,
+            truncate=config.truncate if config.mode == SUMMARIZATION_VSL else None)
     return JobPlan(
         mode=config.mode,
         files=files,

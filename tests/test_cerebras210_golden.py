@@ -111,6 +111,70 @@ def test_chat_rows_equal_2_10(tmp_path):
     np.testing.assert_array_equal(ours, theirs)
 
 
+def test_chat_statistics_count_the_template_tail(tmp_path):
+    """2.10's loss span keeps Qwen's final newline as an untrained label after <|im_end|>: a real position, which
+    the statistics count as 2.10 counts it (num_pad_tokens equal), and verify accepts the rows."""
+    from pipelines.tools.verify import verify_dataset
+
+    params, out = _run("chat_qwen25_kto_multiturn_512", tmp_path)
+    theirs = json.loads((GOLDEN_210 / "chat_qwen25_kto_multiturn_512" / "out" / "data_params.json").read_text())
+    rows = read_rows(out)
+    real = int((rows[:, 2, :] != params["processing"]["pad_id"]).sum())  # every real label, the tail's too
+    assert params["post-process"]["num_pad_tokens"] == theirs["post-process"]["num_pad_tokens"] == rows[:, 0].size - real
+    assert params["h5_dataset_stats"]["non_pad_tokens"] == real
+    assert verify_dataset(str(out)).ok
+
+
+def _vsl_segments(rows: np.ndarray, pad: int) -> list[tuple]:
+    """Each conversation of VSL rows as (input_ids, mask, labels) tuples: the real part cut at position_ids 0."""
+    out = []
+    for row in rows:
+        real = int(np.flatnonzero(row[2] != pad)[-1]) + 1
+        starts = [int(p) for p in np.flatnonzero(row[4][:real] == 0)] + [real]
+        for a, b in zip(starts, starts[1:]):
+            out.append(tuple(row[f][a:b].tobytes() for f in (0, 1, 2)))
+    return out
+
+
+def test_chat_vsl_from_a_2_10_config_holds_2_10s_conversations(tmp_path):
+    """The chat case with `dataset.use_vsl: True` (2.10's VSL finetuning): the same 156 conversations, each a
+    segment equal to its 2.10 row's real part (ids, mask, labels; ours shift per conversation, so no label
+    crosses into the next one), packed into fewer rows that verify accepts, with exact VSL statistics."""
+    import yaml
+
+    from pipelines.create_hdf5_dataset import main
+    from pipelines.tools.verify import verify_dataset
+
+    require_shared(GOLDEN_210)
+    config = yaml.safe_load((GOLDEN_210 / "chat_qwen25_kto_multiturn_512" / "config.yaml").read_text())
+    config["dataset"]["use_vsl"] = True
+    case = REFERENCE / "golden-2.10" / "chat_qwen25_kto_multiturn_512"
+    config["setup"]["data"]["source"] = str(case / "input")
+    config["processing"]["huggingface_tokenizer"] = str(REFERENCE.parent / "tokenizers" / "qwen2.5-instruct")
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "out"
+    assert main(["--config", str(path), "--output_dir", str(out), *RUNNER]) == 0
+    params = json.loads((out / "data_params.json").read_text())
+    pad = params["processing"]["pad_id"]
+    rows = read_rows(out)
+    assert rows.shape[1:] == (5, 512) and len(rows) < 156
+    theirs = _golden_rows("chat_qwen25_kto_multiturn_512")
+    expected = []
+    for row in theirs:
+        real = int(np.flatnonzero(row[2] != pad)[-1]) + 1
+        expected.append(tuple(row[f][:real].tobytes() for f in (0, 1, 2)))
+    assert sorted(_vsl_segments(rows, pad)) == sorted(expected)
+    post = params["post-process"]
+    assert post["num_sequences_before_packing"] == 156
+    assert post["vsl_packing_factor"] == round(156 / len(rows), 4)
+    real = sum(len(e[0]) for e in expected) // theirs.itemsize  # 2.10's real positions, the tails' too
+    assert params["h5_dataset_stats"]["non_pad_tokens"] == real
+    assert post["num_pad_tokens"] == len(rows) * 512 - real
+    result = verify_dataset(str(out))
+    assert result.ok, result.problems
+
+
 def _human_turns(transcript: str) -> list[str]:
     import ftfy  # the config's use_ftfy
 

@@ -21,7 +21,7 @@ the one pair a model trained this way does not see (one per row). With
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Optional
 
 import numpy as np
 
@@ -33,14 +33,15 @@ IGNORE_INDEX = -100  # what Hugging Face's cross-entropy ignores
 
 
 def to_hf_causal_lm(row: Mapping[str, np.ndarray], *, inverted_mask: bool = False, trailing_eos_input: bool = False,
-                    keep_last_target: bool = False) -> dict:
+                    keep_last_target: bool = False, untrained_tail_pad: Optional[int] = None) -> dict:
     """One row (a dict by feature name, as H5MapDataset gives) -> {"input_ids", "attention_mask", "labels"}
     (+ "position_ids" for VSL rows), int64 like Hugging Face's tensors.
 
     `attention_mask` is 1 on real positions (the prompt of a Summarization row too, although it is not trained)
     and 0 on padding; `inverted_mask`: the stored mask marks untrained positions with 1 (data_params.json's
     `dataset.inverted_mask`); `trailing_eos_input`: Summarization and FIM rows end their real input with an
-    EOS that carries no loss (as `transforms.core.stats.real_lengths` says).
+    EOS that carries no loss (as `transforms.core.stats.real_lengths` says); `untrained_tail_pad`: the pad id of
+    Chat rows written with Cerebras 2.10's loss span, whose real part may end with untrained labels.
     """
     if "input_ids" not in row:
         raise ValueError(f"not a causal-LM row (features {sorted(row)}): DPO rows have two sequences; convert "
@@ -50,7 +51,8 @@ def to_hf_causal_lm(row: Mapping[str, np.ndarray], *, inverted_mask: bool = Fals
     labels = np.asarray(row["labels"], dtype=np.int64)
     msl = len(input_ids)
     trained = mask == (0 if inverted_mask else 1)
-    real = int(real_lengths(np.stack([input_ids, mask, labels])[None], inverted_mask, trailing_eos_input)[0])
+    real = int(real_lengths(np.stack([input_ids, mask, labels])[None], inverted_mask, trailing_eos_input,
+                            untrained_tail_pad)[0])
     size = msl + 1 if keep_last_target else msl
     hf_labels = np.full(size, IGNORE_INDEX, dtype=np.int64)
     targets = np.where(trained, labels, IGNORE_INDEX)

@@ -71,29 +71,43 @@ def merge(stats: Iterable[Stats]) -> Stats:
     return out
 
 
-def real_lengths(rows: np.ndarray, inverted_mask: bool, trailing_eos_input: bool = False) -> np.ndarray:
+def real_lengths(rows: np.ndarray, inverted_mask: bool, trailing_eos_input: bool = False,
+                 untrained_tail_pad: Optional[int] = None) -> np.ndarray:
     """Per row, the number of non-pad input positions.
 
     Every mode puts real tokens first and trains the last real input whose
     label is a real token, so the real inputs end right after the last
     loss-valid position. Summarization rows (`trailing_eos_input`) hold one
     more: the EOS, an input whose label is padding and which carries no loss.
+    Chat rows with Cerebras 2.10's loss span keep the template's text after
+    the last turn as untrained labels (Qwen's final newline): with
+    `untrained_tail_pad` (the pad id) the real part runs to the last label
+    that is not padding.
     """
     msl = rows.shape[2]
     loss = rows[:, 1, :] == (0 if inverted_mask else 1)
-    end = msl - np.argmax(loss[:, ::-1], axis=1)  # index after the last loss-valid position
+    end = _end_of(loss)
     if trailing_eos_input:
-        end = np.minimum(end + 1, msl)
-    return np.where(loss.any(axis=1), end, 0)
+        end = np.where(end > 0, np.minimum(end + 1, msl), 0)
+    if untrained_tail_pad is not None:
+        end = np.maximum(end, _end_of(rows[:, 2, :] != untrained_tail_pad))
+    return end
+
+
+def _end_of(positions: np.ndarray) -> np.ndarray:
+    """Per row of a [n, msl] bool array, the index after its last True (0 without one)."""
+    msl = positions.shape[1]
+    end = msl - np.argmax(positions[:, ::-1], axis=1)
+    return np.where(positions.any(axis=1), end, 0)
 
 
 def row_stats(rows: np.ndarray, inverted_mask: bool, trailing_eos_input: bool = False,
-              lengths: Optional[np.ndarray] = None) -> Counter:
+              lengths: Optional[np.ndarray] = None, untrained_tail_pad: Optional[int] = None) -> Counter:
     """Counts recomputed from rows exactly as they are written; `lengths`: their `real_lengths`, if known."""
     n, features, msl = rows.shape
     loss_valid = int((rows[:, 1, :] == (0 if inverted_mask else 1)).sum())
     if lengths is None:
-        lengths = real_lengths(rows, inverted_mask, trailing_eos_input)
+        lengths = real_lengths(rows, inverted_mask, trailing_eos_input, untrained_tail_pad)
     non_pad = int(lengths.sum())
     counts = Counter({
         "num_sequences": n,

@@ -33,10 +33,14 @@ last of them:
 - Chat (3 features, MODES.md §B2.3): one conversation per row, x[:-1],
   x[1:] of its tokens; the mask any 0/1 pattern (the assistant turns), but the
   tokens end with the last trained one, so the real part ends at `end`, as in
-  LMData, and labels[i] == input_ids[i + 1] inside it.
+  LMData, and labels[i] == input_ids[i + 1] inside it. With Cerebras 2.10's
+  loss span (`chat_loss_span: content`) the template's text after the last
+  turn follows as untrained labels (Qwen's final newline): the real part then
+  ends after the last label that is not padding (`untrained_tail`).
 - Chat_VSL (5 features): conversations as VSL documents (the VSL rules
   above); the mask any pattern inside a conversation, but each
-  conversation's last position trained.
+  conversation's last position trained (with 2.10's loss span, the
+  conversation's untrained closing text instead, as in Chat).
 - DPO (6 features, MODES.md §B3): two sequences per row, chosen (features
   0-2) and rejected (3-5), each over S = P + R (prompt, response): input_ids
   S unshifted, labels padding on the first |P| - 1 positions then R, the mask
@@ -119,6 +123,12 @@ class DatasetSpec:
     @property
     def vsl(self) -> bool:
         return self.mode in VSL_MODES
+
+    @property
+    def untrained_tail(self) -> bool:
+        """Whether a conversation's real part may end with untrained labels (the template's text after its last
+        turn, under Cerebras 2.10's loss span): it then ends with its last label that is not padding."""
+        return self.mode in (CHAT, CHAT_VSL) and self.chat_loss_span != "turn" and self.pad_id is not None
 
     @property
     def feature_names(self) -> tuple:
@@ -312,6 +322,8 @@ def real_lengths(rows: np.ndarray, spec: DatasetSpec) -> np.ndarray:
     end = _loss_end(loss_positions(rows, spec))
     if spec.trailing_eos_input:
         end = np.where(end > 0, np.minimum(end + 1, rows.shape[2]), 0)
+    if spec.untrained_tail:
+        end = np.maximum(end, _loss_end(rows[:, LABELS, :] != spec.pad_id))
     return end
 
 
@@ -483,10 +495,8 @@ class RowChecker:
             self._add_pad("attention_mask", loss & padlike, rows[:, ATTENTION_MASK, :], where, 1 - spec.loss_value)
             loss = loss & ~padlike
         end = _loss_end(loss)
-        if spec.chat_loss_span != "turn" and pad is not None:  # untrained template text may follow the last turn
-            labelled = lab != pad
-            last = msl - np.argmax(labelled[:, ::-1], axis=1)
-            end = np.maximum(end, np.where(labelled.any(axis=1), last, 0))
+        if spec.untrained_tail:  # untrained template text may follow the last turn
+            end = np.maximum(end, _loss_end(lab != pad))
         real = idx < end[:, None]
         # Labels are the next input inside the real part (the last real label is the conversation's last token).
         shifted = np.zeros((n, msl), dtype=bool)
@@ -587,6 +597,8 @@ class RowChecker:
             padlike = (inp == spec.pad_id) & (lab == spec.pad_id) & (span == 0) & (pos == 0)
             trained_pad = (idx >= _loss_end(~padlike)[:, None]) & loss
             end = _loss_end(loss & ~trained_pad)
+            if spec.untrained_tail:  # a conversation may end with untrained labels (the template's closing text)
+                end = _loss_end(~padlike)
         real = idx < end[:, None]
         starts = real & ((pos == 0) | (idx == 0))
         # A document's last position: the last real one, or one followed by a document start.
@@ -630,9 +642,10 @@ class RowChecker:
             self._add_rows("mask_layout", real & ~loss, where, lambda r, p: "not trained",
                            "trained on every real position")
         elif spec.mode == CHAT_VSL:
-            self._add_rows("mask_layout", last & ~loss, where,
-                           lambda r, p: "a conversation's last position, not trained",
-                           "trained at each conversation's last position")
+            if not spec.untrained_tail:  # else the template's closing text may end a conversation, untrained
+                self._add_rows("mask_layout", last & ~loss, where,
+                               lambda r, p: "a conversation's last position, not trained",
+                               "trained at each conversation's last position")
         else:
             loss_next = np.zeros((n, msl), dtype=bool)
             loss_next[:, :-1] = loss[:, 1:]

@@ -54,6 +54,13 @@ class RowFormat:
     inverted_mask: bool
     trailing_eos_input: bool  # Summarization, FIM and DPO rows end their real input with an untrained EOS
     sides: int = 1  # DPO: a row is two sequences (chosen, rejected) of 3 features each, counted both
+    # Chat with Cerebras 2.10's loss span: untrained template text may follow the last trained position.
+    untrained_tail: bool = False
+
+    @property
+    def untrained_tail_pad(self) -> Optional[int]:
+        """What `real_lengths` takes: the pad id when untrained labels may end the real part."""
+        return self.pad_id if self.untrained_tail else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +142,7 @@ class _EncodeFn(beam.DoFn):
             n = len(rows)
             if fmt.sides > 1:  # DPO: the sides one after another, each a 3-feature sequence
                 rows = np.concatenate(np.split(rows, fmt.sides, axis=1))
-            lengths = real_lengths(rows, fmt.inverted_mask, fmt.trailing_eos_input)
+            lengths = real_lengths(rows, fmt.inverted_mask, fmt.trailing_eos_input, fmt.untrained_tail_pad)
             counters = row_stats(rows, fmt.inverted_mask, fmt.trailing_eos_input, lengths=lengths)
             counters["num_sequences"] = n  # examples, whatever the sides
             counters["detokenized_chars"], counters["detokenized_bytes"] = self._detok.count_rows(rows[:, 0, :],

@@ -227,7 +227,8 @@ class H5MapDataset:
         reads the dataset: the mask's polarity as written (the reference's LMData and FIM masks are never
         inverted, whatever its data_params.json says), a trailing EOS input where the mode writes one."""
         return to_hf_causal_lm(row, inverted_mask=self._spec.inverted_mask,
-                               trailing_eos_input=self._spec.trailing_eos_input, keep_last_target=keep_last_target)
+                               trailing_eos_input=self._spec.trailing_eos_input, keep_last_target=keep_last_target,
+                               untrained_tail_pad=self._spec.pad_id if self._spec.untrained_tail else None)
 
     def _file(self, k: int) -> _FileRows:
         if self._pid != os.getpid():
