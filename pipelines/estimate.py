@@ -32,10 +32,11 @@ from typing import Optional
 
 import numpy as np
 
-from pipelines.config import (CHAT, DEFAULT_SAMPLE, DPO, FIM, SUMMARIZATION_MODES, Config, ConfigError,
+from pipelines.config import (CHAT, DEFAULT_SAMPLE, DPO, FIM, LMDATA, SUMMARIZATION_MODES, Config, ConfigError,
                               load_config, split_estimate_args)
 from pipelines.process import HeadStart
-from transforms.core.estimate import Interval, Stratum, by_bytes, by_poisson, combine, scaled
+from transforms.core.estimate import (Interval, MixturePrediction, Stratum, by_bytes, by_poisson, combine,
+                                      predict_mixture, scaled, student_t)
 from transforms.core.mixture import targets
 from transforms.core.normalize import normalized_document
 from transforms.core.records import Document, Rewritten
@@ -48,6 +49,8 @@ __all__ = ["main", "estimate", "Estimate"]
 DATAFLOW_USD_PER_VCPU_HOUR = 0.07057
 # Modes whose every kept record is one row (counted record by record, not from the sample job's rows per token).
 ONE_ROW_PER_RECORD = (CHAT, DPO)
+# Modes whose rows are windows of max_seq_length over a group's token stream.
+PACKED_WINDOWS = (LMDATA, FIM)
 
 
 @dataclasses.dataclass
@@ -66,6 +69,10 @@ class Estimate:
     sample_seconds: float  # what this estimate took, start-up included
     startup_seconds: float = 0.0  # of which the process's start-up (interpreter, imports, tokenizer)
     notes: tuple = ()
+    # A mixture: the output as its plan takes it (then tokens, loss-valid tokens, rows and bytes are the mixed
+    # output's; `documents` stays the input's) and the total tokens asked, if any.
+    mixture: Optional[MixturePrediction] = None
+    total_tokens: Optional[int] = None
 
 
 def parse_sample(text: str, total_bytes: int) -> float:
@@ -173,6 +180,7 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     strata: dict = {name: [[] for _ in range(n_sources)] for name in ("documents", "tokens", "kept")}
     notes = []
     sample_tokens = 0  # what the job on the sample tokenizes
+    sample_by_source = [0] * n_sources  # of which each mixture source's
     count = _Counter(record_check(plan), _Tokens(plan))
     cpu_started = time.process_time()
     with tempfile.TemporaryDirectory(prefix="create_hdf5_dataset_estimate_") as work:
@@ -190,24 +198,61 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
             strata["tokens"][source].append(tokens)
             strata["kept"][source].append(kept)
             sample_tokens += in_job
+            sample_by_source[source] += in_job
         sampled_cpu = time.process_time() - cpu_started
         documents = combine(s for per in strata["documents"] for s in per)
         tokens = combine(s for per in strata["tokens"] for s in per)
         if not job:
             return Estimate(fraction, documents, tokens, None, None, (), None, 0.0, None, {}, None,
                             time.perf_counter() - started + startup, startup, tuple(notes))
-        job_params, job_cpu, disk = _sample_job(config, sample_dir, os.path.join(work, "out"))
-    post = job_params["post-process"]
+        mixed, budgets = None, None
+        if plan.mixture:
+            mixed = predict_mixture(plan.mixture, *([combine(per) for per in strata[name]]
+                                                    for name in ("tokens", "documents", "kept")), seed=seed)
+            budgets = _sample_budgets(plan.mixture, mixed, sample_by_source)
+            if mixed.shortfall > 0.025:
+                notes.append(f"the mixture cannot be made in {mixed.shortfall:.0%} of the availabilities the sample "
+                             "allows: a source may not hold its budget or share within max_repeats")
+        job_params, job_cpu, disk, chunk_sizes = _sample_job(config, sample_dir, os.path.join(work, "out"), budgets)
+    post = job_params["post-process"] if "post-process" in job_params else _summed_outputs(job_params)
+    # The output's tokens and what they hold per token, on the sample: a mixture's sample job takes each source
+    # in the proportion the job will (its copies too), so its rows, loss-valid tokens and bytes per token are
+    # the mixed output's.
+    out_tokens, out_sample_tokens = tokens, sample_tokens
+    if mixed is not None:
+        out_tokens, out_sample_tokens = mixed.tokens, job_params["mixture"]["tokens_taken"]
 
     def per_token(x: float) -> float:
-        return x / sample_tokens if sample_tokens else 0.0
+        return x / out_sample_tokens if out_sample_tokens else 0.0
 
+    positions = (job_params.get("h5_dataset_stats") or {}).get("non_pad_tokens")
     if plan.mode in ONE_ROW_PER_RECORD:
         # A row per record kept: counted record by record. The rows per token of the sample job would be biased
         # where the draw favours long records (by byte), and long ones are the ones a row drops.
-        rows = combine(s for per in strata["kept"] for s in per)
+        rows = mixed.kept if mixed is not None else combine(s for per in strata["kept"] for s in per)
+        bytes_on_disk = scaled(out_tokens, per_token(disk))
+    elif plan.mode in PACKED_WINDOWS and positions is not None:
+        # Windows of max_seq_length over each group's stream: full rows in proportion to the real positions a
+        # token makes (EOS, windows), plus one partial row per group. The sample job has as many groups as the
+        # job has (a copy of a source is a group), on far fewer tokens, so its rows per token would count
+        # every partial row again at the scale of the whole: each group's last row is taken as half full,
+        # give or take half a row.
+        groups = _groups(plan, sizes, mixed)
+        full = scaled(out_tokens, per_token(positions) / plan.pack.max_seq_length)
+        rows = Interval(full.value + groups / 2, full.half_width + groups / 2)
+        # Bytes follow the rows (a padded partial row costs about what a full one does, once compressed), at the
+        # sample's bytes per row, whose own error is that of the mean of its rows' compressed sizes (a chunk a
+        # row): sources compress differently, and the sample job holds few rows.
+        per_row = disk / post["n_examples"] if post["n_examples"] else 0.0
+        spread = 0.0
+        if len(chunk_sizes) > 1 and per_row:
+            c = np.asarray(chunk_sizes, dtype=np.float64)
+            spread = student_t(len(c) - 1) * float(c.std(ddof=1)) / math.sqrt(len(c)) / float(c.mean())
+        relative = math.hypot(rows.relative, spread)
+        bytes_on_disk = Interval(rows.value * per_row, rows.value * per_row * relative)
     else:
-        rows = scaled(tokens, per_token(post["n_examples"]))
+        rows = scaled(out_tokens, per_token(post["n_examples"]))
+        bytes_on_disk = scaled(out_tokens, per_token(disk))
     files_per = config.files_per_record if config.num_output_files is None else None
     file_range = tuple(config.num_output_files if files_per is None else math.ceil(x / files_per)
                        for x in (rows.low, rows.value, rows.high))
@@ -215,15 +260,16 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     # job's data phase lasts about as long as its stages' seconds add up to).
     share = sample_tokens / tokens.value if tokens.value else 1.0
     seconds = startup + sum(job_params.get("run", {}).get("stage_seconds", {}).values()) / max(share, 1e-12)
-    vcpu = scaled(tokens, per_token(sampled_cpu + job_cpu) / 3600)
+    vcpu = scaled(tokens, (sampled_cpu + job_cpu) / sample_tokens / 3600 if sample_tokens else 0.0)
     per_source, mixture_total = {}, None
     if plan.mixture:
         per_source = {s.name: combine(strata["tokens"][k]) for k, s in enumerate(plan.mixture.sources)}
         if plan.mixture.total_tokens is None:
             mixture_total = _largest_total(plan.mixture, per_source)
-    return Estimate(fraction, documents, tokens, scaled(tokens, per_token(post["loss_valid_tokens"])), rows,
-                    file_range, scaled(tokens, per_token(disk)), seconds, vcpu, per_source, mixture_total,
-                    time.perf_counter() - started + startup, startup, tuple(notes))
+    return Estimate(fraction, documents, out_tokens, scaled(out_tokens, per_token(post["loss_valid_tokens"])), rows,
+                    file_range, bytes_on_disk, seconds, vcpu, per_source, mixture_total,
+                    time.perf_counter() - started + startup, startup, tuple(notes), mixed,
+                    plan.mixture.total_tokens if plan.mixture else None)
 
 
 class _Counter:
@@ -304,9 +350,44 @@ def _largest_total(spec, per_source: dict) -> Interval:
     return Interval(ends[1], max(ends[1] - ends[0], ends[2] - ends[1]))
 
 
-def _sample_job(config: Config, sample_dir: str, out: str) -> tuple[dict, float, int]:
-    """The job on the sample (no mixture: every sampled document once, as drawn): its data_params.json, its CPU
-    seconds, and the bytes of its files."""
+def _groups(plan, sizes: list, mixed: Optional[MixturePrediction]) -> int:
+    """The job's packing groups: every file's bytes in groups of `group_bytes`, once per copy a mixture takes of
+    its source (whole copies, and the partial one)."""
+    copies = [1.0] * len(sizes)
+    if mixed is not None:
+        per_source = [p.target.value / p.available.value if p.available.value else 0.0 for p in mixed.sources]
+        copies = [per_source[s] for s in plan.mixture_sources]
+    return sum(math.ceil(max(size, 1) / plan.group_bytes) * max(1, math.ceil(c)) for size, c in zip(sizes, copies))
+
+
+def _sample_budgets(spec, mixed: MixturePrediction, sample_tokens: list) -> list:
+    """The sample job's mixture: each source asked, of the tokens the sample holds of it, the share of its
+    available tokens the job will take (copies included), so that the sample is mixed as the job will be. A
+    source the sample holds nothing of is left out."""
+    out = []
+    for s, prediction, have in zip(spec.sources, mixed.sources, sample_tokens):
+        if have <= 0 or prediction.available.value <= 0:
+            continue
+        times = prediction.target.value / prediction.available.value
+        budget = max(1, int(round(times * have)))
+        out.append({"source": s.name, "name": s.name, "tokens": budget,
+                    "max_repeats": max(1, math.ceil(budget / have) + 1)})
+    return out
+
+
+def _summed_outputs(params: dict) -> dict:
+    """A split job's totals over its outputs, as one output's post-process names them."""
+    outputs = params.get("outputs") or []
+    return {"n_examples": sum(o["sequences"] for o in outputs),
+            "loss_valid_tokens": sum(o["loss_valid_tokens"] for o in outputs)}
+
+
+def _sample_job(config: Config, sample_dir: str, out: str, budgets: Optional[list] = None
+                ) -> tuple[dict, float, int, list]:
+    """The job on the sample: every sampled document once, as drawn; or, with `budgets` (a mixture), the sources
+    under `sample_dir` mixed by them. Its data_params.json, its CPU seconds, the bytes of its files, and the
+    compressed size of each of its rows (HDF5 chunks, a row each)."""
+    from transforms.io.hdf5_format import chunk_sizes
     from pipelines.job import run
 
     values = dict(config.values)
@@ -315,13 +396,16 @@ def _sample_job(config: Config, sample_dir: str, out: str) -> tuple[dict, float,
                   total_tokens=None, shuffle=False)
     if "mixture" in values:
         values["mixture"] = None
+    if budgets:
+        values["mixture"] = json.dumps([{**b, "source": os.path.join(sample_dir, b["source"])} for b in budgets])
+        values["input_dir"] = None
     sample_config = dataclasses.replace(config, values=tuple(sorted(values.items())))
     cpu = time.process_time()
     with contextlib.redirect_stderr(io.StringIO()):  # its summary line is about the sample, not the job
         params = run(sample_config, ["--runner", "FnApiRunner"])
     cpu = time.process_time() - cpu
-    disk = sum(os.path.getsize(os.path.join(out, name)) for name in os.listdir(out) if name.endswith(".h5"))
-    return params, cpu, disk
+    files = [os.path.join(root, name) for root, _, names in os.walk(out) for name in names if name.endswith(".h5")]
+    return params, cpu, sum(os.path.getsize(f) for f in files), [n for f in sorted(files) for n in chunk_sizes(f)]
 
 
 def _process_age() -> float:
@@ -342,8 +426,16 @@ def render(e: Estimate, mode: str) -> str:
         return f"{_human(i.value)}{unit}  (95%: {_human(i.low)}-{_human(i.high)}, +-{i.relative:.1%})"
 
     lines = [f"estimate of the {mode} job from a {e.fraction:.2%} sample:",
-             f"  documents         {fmt(e.documents)}",
-             f"  tokens            {fmt(e.tokens)}",
+             f"  documents         {fmt(e.documents)}" + ("  read" if e.mixture else "")]
+    if e.mixture is not None:
+        lines.append(f"  documents used    {fmt(e.mixture.documents)}  (copies included)")
+        tokens = fmt(e.tokens) + "  taken by the mixture"
+        if e.total_tokens is not None:
+            tokens += f" (total_tokens {e.total_tokens:,}: each source within one document of its target)"
+        lines.append(f"  tokens            {tokens}")
+    else:
+        lines.append(f"  tokens            {fmt(e.tokens)}")
+    lines += [
              f"  loss-valid tokens {fmt(e.loss_valid_tokens)}",
              f"  rows              {fmt(e.rows)}",
              f"  files             {e.files[1]}  (95%: {e.files[0]}-{e.files[2]})",
@@ -354,8 +446,18 @@ def render(e: Estimate, mode: str) -> str:
              f"  Dataflow          {e.vcpu_hours.value:.3g} vCPU-hours (+-{e.vcpu_hours.relative:.1%}), "
              f"{_dollars(e.vcpu_hours.value * DATAFLOW_USD_PER_VCPU_HOUR)} at ${DATAFLOW_USD_PER_VCPU_HOUR}/vCPU-hour "
              "(docs/dataflow.md)"]
-    for name, i in e.per_source.items():
-        lines.append(f"  source {name:<10} {fmt(i)} tokens available")
+    if e.mixture is not None:
+        for p in e.mixture.sources:
+            lines.append(f"  source {p.name:<10} available {fmt(p.available)} tokens, {_human(p.documents.value)} "
+                         f"documents")
+            lines.append(f"  {'':<17} target {_human(p.target.value)} tokens; taken {fmt(p.taken)} tokens, "
+                         f"{_human(p.taken_documents.value)} documents, {_human(p.repeats.value)} of them repeats "
+                         f"(95%: {_human(p.repeats.low)}-{_human(p.repeats.high)})")
+        if e.mixture.limited_by:
+            lines.append(f"  (the total is set by source {e.mixture.limited_by}'s max_repeats)")
+    else:
+        for name, i in e.per_source.items():
+            lines.append(f"  source {name:<10} {fmt(i)} tokens available")
     if e.mixture_total is not None:
         lines.append(f"  largest mixture   {fmt(e.mixture_total)} tokens (every source within its max_repeats)")
     lines.extend(f"  note: {n}" for n in e.notes)

@@ -37,7 +37,8 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["Interval", "Stratum", "student_t", "by_bytes", "by_coin", "by_poisson", "combine", "scaled"]
+__all__ = ["Interval", "Stratum", "student_t", "by_bytes", "by_coin", "by_poisson", "combine", "scaled",
+           "SourcePrediction", "MixturePrediction", "predict_mixture"]
 
 _Z = NormalDist().inv_cdf(0.975)
 
@@ -141,3 +142,96 @@ def combine(strata: Iterable[Stratum]) -> Interval:
 def scaled(total: Interval, ratio: float) -> Interval:
     """A quantity in proportion to `total` (the ratio measured on the sample), with its relative interval."""
     return Interval(total.value * ratio, total.half_width * ratio)
+
+
+# ------------------------------------------------------------------- mixtures
+
+
+@dataclasses.dataclass(frozen=True)
+class SourcePrediction:
+    """A mixture source as the job will take it: its tokens and documents available, its target, the tokens and
+    documents it will give (copies included) and the documents taken more than once."""
+
+    name: str
+    available: Interval  # tokens
+    documents: Interval  # documents available (good, as the reader passes them)
+    target: Interval  # tokens the plan asks of it
+    taken: Interval  # tokens it gives: the target, within one document
+    taken_documents: Interval  # documents it gives, copies included
+    repeats: Interval  # of which copies beyond the first
+
+
+@dataclasses.dataclass(frozen=True)
+class MixturePrediction:
+    sources: tuple  # SourcePrediction, in the spec's order
+    tokens: Interval  # all sources' taken tokens: the output's documents' tokens
+    documents: Interval  # documents used, copies included
+    kept: Interval  # records that make a row of their own (Chat, DPO), copies included
+    limited_by: Optional[str]  # without total_tokens: the source whose max_repeats sets the total
+    shortfall: float  # share of the simulated availabilities under which the plan cannot be made
+
+
+def predict_mixture(spec, tokens: Sequence[Interval], documents: Sequence[Interval], kept: Sequence[Interval],
+                    seed: int = 0, draws: int = 2000) -> MixturePrediction:
+    """A mixture's output from its sources' estimated availabilities (tokens, documents, kept records per source).
+
+    The plan (`transforms.core.mixture.targets`) is the job's own, made at the estimates; its error is
+    propagated by simulation: `draws` sets of availabilities, each source's tokens, documents and kept records
+    drawn independently from normals matching its intervals (the sources are independent strata; independence
+    within a source overstates the spread of a ratio such as documents per token, so the intervals err wide),
+    each run through the plan. A source gives its target within one document (the plan's exact threshold), so
+    a taken total's interval adds a mean document per source to the simulated spread. Seeded: the same
+    prediction for the same sample.
+    """
+    from transforms.core.mixture import targets
+
+    n = len(spec.sources)
+    a = np.array([t.value for t in tokens], dtype=np.float64)
+    d = np.array([x.value for x in documents], dtype=np.float64)
+    k = np.array([x.value for x in kept], dtype=np.float64)
+    wanted, _, limited_by = targets(spec, [max(1, int(round(x))) for x in a])
+    want = np.array(wanted, dtype=np.float64)
+    per_doc = np.divide(a, d, out=np.zeros(n), where=d > 0)  # mean tokens of a document
+
+    def taken_docs(want, a, d):
+        copies = np.divide(want, a, out=np.zeros_like(want), where=a > 0)
+        return copies * d, np.maximum(copies - 1, 0) * d
+
+    docs, reps = taken_docs(want, a, d)
+    rows = np.divide(want, a, out=np.zeros(n), where=a > 0) * k
+
+    rng = np.random.default_rng([seed, 0x6D6978])  # "mix"
+    sd = [np.array([i.half_width / _Z for i in x], dtype=np.float64) for x in (tokens, documents, kept)]
+    sim = {name: [] for name in ("want", "docs", "reps", "rows")}
+    failed = 0
+    for _ in range(draws):
+        a_, d_, k_ = (np.maximum(v + s * rng.standard_normal(n), 1e-9) for v, s in zip((a, d, k), sd))
+        try:
+            w = np.array(targets(spec, [max(1, int(round(x))) for x in a_])[0], dtype=np.float64)
+        except ValueError:  # a source cannot give its budget or share at these availabilities
+            failed += 1
+            continue
+        dd, rr = taken_docs(w, a_, d_)
+        sim["want"].append(w)
+        sim["docs"].append(dd)
+        sim["reps"].append(rr)
+        sim["rows"].append(w / a_ * k_)
+
+    def interval(value: np.ndarray, key: str, source: Optional[int] = None, slack: float = 0.0) -> Interval:
+        """`value` (per source, or its sum) with the 2.5-97.5 % range of the simulated ones around it."""
+        point = float(value[source] if source is not None else value.sum())
+        if not sim[key]:
+            return Interval(point, slack)
+        arr = np.array(sim[key])
+        got = arr[:, source] if source is not None else arr.sum(axis=1)
+        low, high = np.quantile(got, [0.025, 0.975])
+        return Interval(point, max(point - low, high - point, 0.0) + slack)
+
+    sources = tuple(
+        SourcePrediction(s.name, tokens[i], documents[i], interval(want, "want", i),
+                         interval(want, "want", i, slack=per_doc[i]), interval(docs, "docs", i, slack=1.0),
+                         interval(reps, "reps", i))
+        for i, s in enumerate(spec.sources))
+    return MixturePrediction(sources, interval(want, "want", slack=float(per_doc.sum())),
+                             interval(docs, "docs", slack=float(n)), interval(rows, "rows", slack=float(n)),
+                             limited_by, failed / draws)

@@ -144,3 +144,13 @@ def shard_n_examples(path_or_file) -> int:
         if n != f[DATASET].shape[0]:
             raise ValueError(f"{path_or_file}: n_examples {n} != rows {f[DATASET].shape[0]}")
         return n
+
+
+def chunk_sizes(path: str) -> list[int]:
+    """The stored (compressed) size of each chunk of a local shard's `data`, in order: a row each, as the sink
+    writes them (what a row costs on disk)."""
+    with h5py.File(path, "r") as f:
+        dset = f["data"]
+        if dset.chunks is None:
+            return []
+        return [dset.id.get_chunk_info(i).size for i in range(dset.id.get_num_chunks())]

@@ -1,0 +1,107 @@
+"""`estimate` of a mixture job predicts the mixed output (issue #44): its plan run on the sample's availabilities,
+the sample job mixed as the job will be, the plan's error propagated to the intervals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers import SHARED, require_shared, run_job
+
+GPT2 = Path(__file__).resolve().parents[1] / "data" / "tokenizers" / "gpt2"
+TOKENIZER = ["--tokenizer_type", "GPT2Tokenizer", "--vocab_file", str(GPT2 / "vocab.bpe"),
+             "--encoder_file", str(GPT2 / "encoder.json")]
+SEEDS = range(5)
+
+
+@pytest.fixture(scope="module")
+def three_sources(tmp_path_factory) -> tuple[Path, list]:
+    """English prose (~594k GPT-2 tokens) upsampled a little, 12 code files (~147k) upsampled 2.5 times, and 50
+    languages (~1.18M) cut to a fifth: weights 0.5 / 0.3 / 0.2 of 1.2M tokens, as issue #44's case."""
+    root = tmp_path_factory.mktemp("estimate_mixture")
+    (root / "prose.jsonl").write_bytes(require_shared(SHARED / "corpora" / "en_small_pd.jsonl").read_bytes())
+    code = require_shared(SHARED / "corpora" / "code_small.jsonl").read_bytes().splitlines(keepends=True)
+    (root / "code.jsonl").write_bytes(b"".join(code[:12]))
+    (root / "ml.jsonl").write_bytes(require_shared(SHARED / "corpora" / "multilingual_dev.jsonl").read_bytes())
+    mixture = [{"source": str(root / "prose.jsonl"), "name": "prose", "weight": 0.5, "max_repeats": 4},
+               {"source": str(root / "code.jsonl"), "name": "code", "weight": 0.3, "max_repeats": 4},
+               {"source": str(root / "ml.jsonl"), "name": "ml", "weight": 0.2}]
+    return root, mixture
+
+
+def _args(mixture: list, out: Path, *more: str) -> list[str]:
+    return ["LMData", "--mixture", json.dumps(mixture), "--output_dir", str(out), *TOKENIZER,
+            "--max_seq_length", "512", *more]
+
+
+def test_a_mixture_is_predicted_as_mixed(three_sources, tmp_path):
+    """The intervals hold the real job's taken tokens, rows, documents used, loss-valid tokens and each source's
+    repeats in at least 4 of 5 seeded 1% samples; with total_tokens the token total is the plan's, within a
+    document per source."""
+    from pipelines.config import load_config
+    from pipelines.estimate import estimate, render
+
+    _, mixture = three_sources
+    args = _args(mixture, tmp_path / "out", "--total_tokens", "1.2M")
+    real = run_job(args + ["--display_pbar", "False"])
+    sources = real["mixture"]["sources"]
+    assert sources["ml"]["tokens_taken"] < sources["ml"]["tokens_available"]  # cut
+    assert sources["code"]["repeats"] > 0 and sources["prose"]["repeats"] > 0  # upsampled
+    truth = {"tokens": real["mixture"]["tokens_taken"], "rows": real["post-process"]["n_examples"],
+             "documents used": real["input"]["used"], "loss-valid": real["post-process"]["loss_valid_tokens"]}
+    config, _ = load_config(args)
+    hits = {name: 0 for name in [*truth, *(f"repeats {s}" for s in sources)]}
+    for seed in SEEDS:
+        e = estimate(config, "1%", seed)
+        assert e.tokens.value == 1_200_000  # the plan's targets add up to total_tokens
+        got = {"tokens": e.tokens, "rows": e.rows, "documents used": e.mixture.documents,
+               "loss-valid": e.loss_valid_tokens}
+        for p in e.mixture.sources:
+            got[f"repeats {p.name}"] = p.repeats
+            truth[f"repeats {p.name}"] = sources[p.name]["repeats"]
+        for name, interval in got.items():
+            hits[name] += interval.low <= truth[name] <= interval.high
+    assert all(n >= 4 for n in hits.values()), (hits, truth)
+    text = render(e, "LMData")
+    assert "taken by the mixture (total_tokens 1,200,000" in text and "source code" in text and "repeats" in text
+
+
+def test_the_largest_mixture_is_predicted_with_its_plan(three_sources, tmp_path):
+    """Without total_tokens the total is what the limiting source's max_repeats allows, itself estimated: the
+    interval of the taken tokens holds the real job's."""
+    from pipelines.config import load_config
+    from pipelines.estimate import estimate
+
+    _, mixture = three_sources
+    mixture = [{**m, "max_repeats": 2} if m["name"] == "code" else m for m in mixture]
+    args = _args(mixture, tmp_path / "out")
+    real = run_job(args + ["--display_pbar", "False"])
+    config, _ = load_config(args)
+    hits = 0
+    for seed in SEEDS:
+        e = estimate(config, "1%", seed)
+        assert e.mixture.limited_by == real["mixture"]["limited_by"] == "code"
+        hits += e.tokens.low <= real["mixture"]["tokens_taken"] <= e.tokens.high
+        assert e.tokens.relative > 0.005  # the availability's error reaches the total
+    assert hits >= 4
+
+
+def test_predict_mixture_by_hand():
+    """Two sources of exactly known availability (no spread): the plan's targets, copies and repeats exactly."""
+    from transforms.core.estimate import Interval, predict_mixture
+    from transforms.core.mixture import parse_mixture
+
+    spec = parse_mixture([{"source": "a", "weight": 0.75}, {"source": "b", "weight": 0.25, "max_repeats": 3}],
+                         total_tokens=4000)
+    exact = lambda x: Interval(float(x), 0.0)  # noqa: E731
+    p = predict_mixture(spec, [exact(6000), exact(400)], [exact(60), exact(4)], [exact(60), exact(4)])
+    a, b = p.sources
+    assert (a.target.value, b.target.value) == (3000, 1000)
+    assert a.taken_documents.value == pytest.approx(30) and a.repeats.value == 0
+    assert b.taken_documents.value == pytest.approx(10) and b.repeats.value == pytest.approx(6)
+    assert p.tokens.value == 4000 and p.tokens.half_width == pytest.approx(100 + 100)  # a mean document each
+    assert p.documents.value == pytest.approx(40) and p.shortfall == 0
+    np.testing.assert_allclose([a.target.half_width, b.target.half_width], [0, 0])
