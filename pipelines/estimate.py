@@ -36,7 +36,7 @@ from pipelines.config import (CHAT, DEFAULT_SAMPLE, DPO, FIM, LMDATA, SUMMARIZAT
                               load_config, split_estimate_args)
 from pipelines.process import HeadStart
 from transforms.core.estimate import (Interval, MixturePrediction, Stratum, by_bytes, by_poisson, combine,
-                                      predict_mixture, scaled, student_t)
+                                      predict_mixture, scaled, split_share, student_t)
 from transforms.core.mixture import targets
 from transforms.core.normalize import normalized_document
 from transforms.core.records import Document, Rewritten
@@ -73,6 +73,19 @@ class Estimate:
     # output's; `documents` stays the input's) and the total tokens asked, if any.
     mixture: Optional[MixturePrediction] = None
     total_tokens: Optional[int] = None
+    outputs: tuple = ()  # OutputPrediction per dataset of a split job, in the plan's order
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputPrediction:
+    """One dataset of a split job: its documents, their tokens, its loss-valid tokens and rows."""
+
+    path: str
+    max_seq_length: int
+    documents: Interval
+    tokens: Interval
+    loss_valid_tokens: Interval
+    rows: Interval
 
 
 def parse_sample(text: str, total_bytes: int) -> float:
@@ -124,10 +137,15 @@ class _Tokens:
             self._chat = chat_encoder(plan.chat, self._tok.backend)
 
     def __call__(self, docs: list) -> list[int]:
+        return self.count(docs)[0]
+
+    def count(self, docs: list) -> tuple[list[int], list[tuple]]:
+        """Each document's tokens, and the values a split's draw sees (normalized in the text modes; Chat and DPO
+        route records as read, transforms.core.splits.route_batch)."""
         if not docs:
-            return []
+            return [], []
         if self._chat is not None:
-            return self._chat_tokens(docs)
+            return self._chat_tokens(docs), [d.values for d in docs]
         plan, tok = self._plan, self._tok
         from transforms.core.tokenizer import tokenize_documents
 
@@ -141,10 +159,10 @@ class _Tokens:
             for k in range(len(values[0])):
                 for i, ids in enumerate(tok.encode_batch([v[k] for v in values])):
                     lengths[i] += len(ids)
-            return lengths
+            return lengths, values
         out = tokenize_documents(tok, [v[0] for v in values], split_len=plan.split_len,
                                  remove_bos_in_chunks=plan.remove_bos_in_chunks)
-        return [len(ids) for ids in out]
+        return [len(ids) for ids in out], values
 
     def _chat_tokens(self, docs: list) -> list[int]:
         """A record at a time (a dropped one yields nothing to align by), through the job's own encoding."""
@@ -178,10 +196,15 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     sources = plan.mixture_sources or (0,) * len(plan.files)
     n_sources = len(plan.mixture.sources) if plan.mixture else 1
     strata: dict = {name: [[] for _ in range(n_sources)] for name in ("documents", "tokens", "kept")}
+    n_outputs = len(plan.splits.outputs) if plan.splits is not None else 1
+    n_subsets = len(plan.splits.subsets) if plan.splits is not None else 1
+    # Per subset (a split job's outputs share out their subset's documents): its files' strata.
+    by_subset: dict = {name: [[] for _ in range(n_subsets)] for name in ("documents", "tokens", "kept", "squares")}
+    sample_by_output = [0] * n_outputs
     notes = []
     sample_tokens = 0  # what the job on the sample tokenizes
     sample_by_source = [0] * n_sources  # of which each mixture source's
-    count = _Counter(record_check(plan), _Tokens(plan))
+    count = _Counter(record_check(plan), _Tokens(plan), plan.splits)
     cpu_started = time.process_time()
     with tempfile.TemporaryDirectory(prefix="create_hdf5_dataset_estimate_") as work:
         sample_dir = os.path.join(work, "in")
@@ -193,7 +216,12 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
                 if fraction < 1:
                     notes.append(f"{f.relpath}: read whole (no random access in a {os.path.splitext(f.path)[1]} "
                                  "file), its records kept by a coin")
-            documents, tokens, kept, in_job = drawn
+            documents, tokens, kept, in_job = drawn.whole
+            subset = plan.splits.subset_index(f.relpath) if plan.splits is not None else 0
+            for name, stratum in zip(("documents", "tokens", "kept", "squares"), (*drawn.whole[:3], drawn.squares)):
+                by_subset[name][subset].append(stratum)
+            for k, j in enumerate(drawn.per_output):
+                sample_by_output[k] += j
             strata["documents"][source].append(documents)
             strata["tokens"][source].append(tokens)
             strata["kept"][source].append(kept)
@@ -253,6 +281,13 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     else:
         rows = scaled(out_tokens, per_token(post["n_examples"]))
         bytes_on_disk = scaled(out_tokens, per_token(disk))
+    outputs = ()
+    if plan.splits is not None and mixed is None:
+        outputs = _predict_outputs(plan, by_subset, sample_by_output, job_params, _groups(plan, sizes, None))
+        if plan.mode not in ONE_ROW_PER_RECORD:  # the outputs' rows, each at its own max_seq_length
+            rows = Interval(sum(o.rows.value for o in outputs), sum(o.rows.half_width for o in outputs))
+    elif plan.splits is not None:
+        notes.append("a mixture with splits: the outputs are not predicted one by one yet (the totals are)")
     files_per = config.files_per_record if config.num_output_files is None else None
     file_range = tuple(config.num_output_files if files_per is None else math.ceil(x / files_per)
                        for x in (rows.low, rows.value, rows.high))
@@ -269,25 +304,47 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     return Estimate(fraction, documents, out_tokens, scaled(out_tokens, per_token(post["loss_valid_tokens"])), rows,
                     file_range, bytes_on_disk, seconds, vcpu, per_source, mixture_total,
                     time.perf_counter() - started + startup, startup, tuple(notes), mixed,
-                    plan.mixture.total_tokens if plan.mixture else None)
+                    plan.mixture.total_tokens if plan.mixture else None, outputs)
 
 
 class _Counter:
-    """(1, its tokens) for a record the job would use, (0, 0) for one it would not (a bad record, or one the
-    reader's check refuses)."""
+    """(1, its tokens, its output) for a record the job would use, (0, 0, -1) for one it would not (a bad record,
+    or one the reader's check refuses). The output is the index of the dataset a split job writes it to (the
+    job's own draw, `SplitPlan.route`), 0 without splits."""
 
-    def __init__(self, check, tokens: _Tokens):
-        self._check, self._tokens = check, tokens
+    def __init__(self, check, tokens: _Tokens, splits=None):
+        self._check, self._tokens, self._splits = check, tokens, splits
 
-    def __call__(self, records: list) -> list[tuple[int, int]]:
+    @property
+    def outputs(self) -> int:
+        return len(self._splits.outputs) if self._splits is not None else 1
+
+    def __call__(self, records: list, relpath: str = "") -> list[tuple[int, int, int]]:
         docs = [_checked(self._check, r) if isinstance(r, Document) else None for r in records]
-        tokens = iter(self._tokens([d for d in docs if d is not None]))
-        return [(0, 0) if d is None else (1, next(tokens)) for d in docs]
+        lengths, values = self._tokens.count([d for d in docs if d is not None])
+        if self._splits is not None:
+            subset = self._splits.subset_index(relpath)
+            routes = [self._splits.route(subset, v) for v in values]
+        else:
+            routes = [0] * len(lengths)
+        got = iter(zip(lengths, routes))
+        return [(0, 0, -1) if d is None else (1, *next(got)) for d in docs]
 
 
-def _by_byte(plan, count: _Counter, f, size: int, fraction: float, seed: int, work: str, target: str) -> tuple:
-    """A file sampled by byte: (its documents' stratum, its tokens' stratum, its kept records' stratum, the
-    tokens its share of the job on the sample holds), that share written to `target`."""
+@dataclasses.dataclass(frozen=True)
+class _FileDraw:
+    """A file's sample: (documents, tokens, kept records) strata and the tokens its share of the job on the sample
+    holds; the total of its documents' squared token counts (what a split's draw spreads); and per output of a
+    split job, the tokens of its part of the job on the sample that the job's draw sends there."""
+
+    whole: tuple
+    squares: Stratum
+    per_output: tuple
+
+
+def _by_byte(plan, count: _Counter, f, size: int, fraction: float, seed: int, work: str, target: str) -> _FileDraw:
+    """A file sampled by byte: its strata (documents, tokens, kept records; the tokens its share of the job on the
+    sample holds), that share written to `target`."""
     draws = draw_lines(f.path, size, math.ceil(fraction * size), seed, f.relpath)
     drawn = os.path.join(work, "drawn", f.relpath)
     os.makedirs(os.path.dirname(drawn), exist_ok=True)
@@ -296,8 +353,7 @@ def _by_byte(plan, count: _Counter, f, size: int, fraction: float, seed: int, wo
     records = list(read_records(drawn, plan.keys, plan.max_record_bytes, txt_lines=plan.txt_lines))
     if len(records) != len(draws.lines):
         raise RuntimeError(f"estimate: {len(draws.lines)} lines drawn from {f.path}, {len(records)} records read back")
-    per_line = count(records)
-    kept = [int(t > 0) for _, t in per_line]
+    per_line = count(records, f.relpath)
     # The job on the sample gets the first draws up to the file's share of the budget (a file smaller than its
     # minimum of draws would otherwise weigh more than its bytes in the ratios).
     share = int(np.searchsorted(np.cumsum(draws.lengths), fraction * size)) + 1
@@ -305,14 +361,17 @@ def _by_byte(plan, count: _Counter, f, size: int, fraction: float, seed: int, wo
     with open(target, "wb") as out:
         out.writelines(line + b"\n" for line in draws.lines[:share])
     # Records: the density of line ends in windows at the drawn offsets (a line drawn by its bytes says little
-    # about the short ones), times the share of drawn lines that are documents.
-    good = sum(x[0] for x in per_line) / len(per_line) if per_line else 0.0
-    return (by_bytes(size, draws.window_bytes, [n * good for n in draws.window_ends]),
-            by_bytes(size, draws.lengths, [x[1] for x in per_line]), by_bytes(size, draws.lengths, kept),
-            sum(t for _, t in per_line[:share]))
+    # about the short ones), times the share of drawn lines that are documents (of an output: routed there).
+    good = sum(u for u, _, _ in per_line) / max(len(per_line), 1)
+    whole = (by_bytes(size, draws.window_bytes, [e * good for e in draws.window_ends]),
+             by_bytes(size, draws.lengths, [t for _, t, _ in per_line]),
+             by_bytes(size, draws.lengths, [int(t > 0) for _, t, _ in per_line]),
+             sum(t for _, t, _ in per_line[:share]))
+    squares = by_bytes(size, draws.lengths, [t * t for _, t, _ in per_line])
+    return _FileDraw(whole, squares, _per_output(per_line, share, count.outputs))
 
 
-def _by_coin(plan, count: _Counter, f, fraction: float, seed: int, target: str) -> tuple:
+def _by_coin(plan, count: _Counter, f, fraction: float, seed: int, target: str) -> _FileDraw:
     """A file read whole, its records kept by a coin: as `_by_byte`, the kept records written to `target`."""
     kept, probabilities, n_docs, chars = [], [], 0, 0
     os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -326,16 +385,28 @@ def _by_coin(plan, count: _Counter, f, fraction: float, seed: int, target: str) 
                 kept.append(record)
                 probabilities.append(p)
                 out.write(_json_line(plan.keys, record) + b"\n")  # as read: the job on the sample checks it
-    counted = count(kept)
-    tokens = [t for _, t in counted]
-    used = [d for d, _ in counted]
+    counted = count(kept, f.relpath)
+    tokens = [t for _, t, _ in counted]
+    used = [u for u, _, _ in counted]
     # The documents: every one read, exactly, unless the reader's check refuses some; then the kept ones' share
     # of good records, as a ratio to their number (each record a size of 1).
     documents = Stratum(float(n_docs), 0.0, math.inf) if all(used) else by_poisson(
         used, probabilities, [1.0] * len(used), float(n_docs))
     kept_rows = [int(t > 0) for t in tokens]
-    return (documents, by_poisson(tokens, probabilities, [sum(map(len, d.values)) for d in kept], chars),
-            by_poisson(kept_rows, probabilities, [1.0] * len(kept_rows), float(n_docs)), sum(tokens))
+    whole = (documents, by_poisson(tokens, probabilities, [sum(map(len, d.values)) for d in kept], chars),
+             by_poisson(kept_rows, probabilities, [1.0] * len(kept_rows), float(n_docs)), sum(tokens))
+    squares = by_poisson([t * t for t in tokens], probabilities)
+    return _FileDraw(whole, squares, _per_output(counted, len(counted), count.outputs))
+
+
+def _per_output(counted: list, share: int, outputs: int) -> tuple:
+    """Per output of a split job, the tokens of the file's part of the job on the sample (its first `share`
+    records) that the job's draw sends there."""
+    out = [0] * outputs
+    for _, t, k in counted[:share]:
+        if k >= 0:
+            out[k] += t
+    return tuple(out)
 
 
 def _largest_total(spec, per_source: dict) -> Interval:
@@ -348,6 +419,39 @@ def _largest_total(spec, per_source: dict) -> Interval:
         except ValueError:
             ends.append(0)
     return Interval(ends[1], max(ends[1] - ends[0], ends[2] - ends[1]))
+
+
+def _predict_outputs(plan, by_subset: dict, sample_tokens: list, job_params: dict, groups: int) -> tuple:
+    """Each output of a split job: its fraction of its subset's documents, tokens and kept records
+    (`split_share`: the job's draw is a keyed hash, blind to a document's size, so the fraction asked is the
+    share expected), and the ratios its part of the sample job measured."""
+    measured = {o["path"]: o for o in job_params.get("outputs") or []}
+    out = []
+    for k, spec in enumerate(plan.splits.outputs):
+        subset = plan.splits.subset_index(f"{spec.subset}/" if spec.subset is not None else "")
+        squares = combine(by_subset["squares"][subset])
+        tokens = split_share(combine(by_subset["tokens"][subset]), spec.fraction, squares.value)
+        documents = combine(by_subset["documents"][subset])
+        documents = split_share(documents, spec.fraction, documents.value)
+        kept = combine(by_subset["kept"][subset])
+        kept = split_share(kept, spec.fraction, kept.value)
+        got = measured.get(spec.path, {})
+        have = sample_tokens[k]
+
+        def per_token(x: float) -> float:
+            return x / have if have else 0.0
+
+        loss = got.get("loss_valid_tokens", 0)
+        if plan.mode in ONE_ROW_PER_RECORD:
+            rows = kept
+        elif plan.mode in PACKED_WINDOWS:  # as for one output: real positions over msl, a partial row a group
+            full = scaled(tokens, per_token(loss) / spec.max_seq_length)
+            rows = Interval(full.value + groups / 2, full.half_width + groups / 2)
+        else:
+            rows = scaled(tokens, per_token(got.get("sequences", 0)))
+        out.append(OutputPrediction(spec.path, spec.max_seq_length, documents, tokens,
+                                    scaled(tokens, per_token(loss)), rows))
+    return tuple(out)
 
 
 def _groups(plan, sizes: list, mixed: Optional[MixturePrediction]) -> int:
@@ -446,6 +550,10 @@ def render(e: Estimate, mode: str) -> str:
              f"  Dataflow          {e.vcpu_hours.value:.3g} vCPU-hours (+-{e.vcpu_hours.relative:.1%}), "
              f"{_dollars(e.vcpu_hours.value * DATAFLOW_USD_PER_VCPU_HOUR)} at ${DATAFLOW_USD_PER_VCPU_HOUR}/vCPU-hour "
              "(docs/dataflow.md)"]
+    for o in e.outputs:
+        lines.append(f"  output {o.path:<16} documents {fmt(o.documents)}; tokens {fmt(o.tokens)}")
+        lines.append(f"  {'':<23} rows {fmt(o.rows)}; loss-valid tokens {fmt(o.loss_valid_tokens)} "
+                     f"(msl {o.max_seq_length})")
     if e.mixture is not None:
         for p in e.mixture.sources:
             lines.append(f"  source {p.name:<10} available {fmt(p.available)} tokens, {_human(p.documents.value)} "

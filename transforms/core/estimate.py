@@ -38,7 +38,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 
 __all__ = ["Interval", "Stratum", "student_t", "by_bytes", "by_coin", "by_poisson", "combine", "scaled",
-           "SourcePrediction", "MixturePrediction", "predict_mixture"]
+           "split_share", "SourcePrediction", "MixturePrediction", "predict_mixture"]
 
 _Z = NormalDist().inv_cdf(0.975)
 
@@ -137,6 +137,16 @@ def combine(strata: Iterable[Stratum]) -> Interval:
     denominator = sum(s.variance**2 / s.df for s in finite if not math.isinf(s.df))
     df = variance**2 / denominator if denominator else math.inf
     return Interval(value, student_t(df) * math.sqrt(variance))
+
+
+def split_share(total: Interval, fraction: float, squares: float) -> Interval:
+    """What a split's output holds of an estimated total, its documents drawn by a keyed hash with probability
+    `fraction` each, blind to their size: fraction * total, whose error is the total's, scaled, plus the draw's
+    own, fraction * (1 - fraction) * sum(x^2) over the documents (`squares`, itself estimated: the documents
+    count for a count, sum of tokens^2 for tokens). Independent of the sample's own draws: normal quantiles."""
+    se_total = total.half_width / _Z if total.half_width else 0.0
+    variance = (fraction * se_total) ** 2 + fraction * (1 - fraction) * max(squares, 0.0)
+    return Interval(fraction * total.value, _Z * math.sqrt(variance))
 
 
 def scaled(total: Interval, ratio: float) -> Interval:
