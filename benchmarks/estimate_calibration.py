@@ -14,8 +14,15 @@ runs it, so that lines are drawn by byte):
    estimate is the start-up both pay: interpreter, Beam, the tokenizer), and
    its figures against the job's.
 
+4. `--job-trials` seeded estimates with the sample job (default 40 at 1%) of three jobs over the three corpora:
+   plain LMData, a mixture (English 0.5, code 0.3 drawn up to twice, 50 languages 0.2: the largest that code's
+   max_repeats allows, so English and the 50 languages are cut and code repeated) and a split job (train 0.9 /
+   test 0.1): how often each printed quantity's 95% interval holds the job's own figure (documents, tokens,
+   loss-valid tokens, rows, bytes on disk; a mixture's documents used and repeats per source; each output of
+   the split job), and the predicted wall time against the job's, both measured as the command runs.
+
     python benchmarks/estimate_calibration.py [--trials 40] [--sample 1%] [--corpora en_natural,code,...]
-                                              [--large-gb 1]
+                                              [--large-gb 1] [--job-trials 40]
 """
 
 from __future__ import annotations
@@ -83,6 +90,82 @@ def _timed(args: list[str]) -> tuple[float, str]:
     return time.perf_counter() - started, proc.stdout
 
 
+def _job_truth(args: list[str], out: Path) -> tuple[dict, float]:
+    """The job as the command runs it: the figures every estimate of it prints (by name), and its seconds."""
+    seconds, _ = _timed([*args, "--output_dir", str(out), "--display_pbar", "False"])
+    params = json.loads((out / "data_params.json").read_text())
+    disk = sum(p.stat().st_size for p in out.rglob("*.h5"))
+    truth = {"documents": params["input"]["documents_read"], "bytes on disk": disk}
+    outputs = params.get("outputs")
+    if outputs:  # a split job: per output, and the rows and loss-valid tokens of them all
+        for o in outputs:
+            for key, name in (("documents", "documents"), ("sequences", "rows"),
+                              ("loss_valid_tokens", "loss-valid tokens")):
+                truth[f"{o['path']} {name}"] = o[key]
+        truth["rows"] = sum(o["sequences"] for o in outputs)
+        truth["loss-valid tokens"] = sum(o["loss_valid_tokens"] for o in outputs)
+    else:
+        truth["rows"] = params["post-process"]["n_examples"]
+        truth["loss-valid tokens"] = params["post-process"]["loss_valid_tokens"]
+    if "mixture" in params:
+        truth["tokens"] = params["mixture"]["tokens_taken"]
+        truth["documents used"] = params["input"]["used"]
+        for name, source in params["mixture"]["sources"].items():
+            truth[f"{name} repeats"] = source["repeats"]
+    shutil.rmtree(out)
+    return truth, seconds
+
+
+def _printed(e) -> dict:
+    """The estimate's intervals by the names `_job_truth` gives the job's figures."""
+    got = {"documents": e.documents, "rows": e.rows, "loss-valid tokens": e.loss_valid_tokens,
+           "bytes on disk": e.bytes_on_disk, "tokens": e.tokens}
+    if e.mixture is not None:
+        got["documents used"] = e.mixture.documents
+        for p in e.mixture.sources:
+            got[f"{p.name} repeats"] = p.repeats
+    for o in e.outputs:
+        got.update({f"{o.path} documents": o.documents, f"{o.path} rows": o.rows,
+                    f"{o.path} loss-valid tokens": o.loss_valid_tokens})
+    return got
+
+
+def _job_calibration(inputs: dict, trials: int, sample: str, work: Path) -> list:
+    """Per job: its name, {quantity: (hits, trials)}, the predicted and the measured seconds of one command run."""
+    from pipelines.config import load_config
+    from pipelines.estimate import estimate
+
+    mixture = [{"source": str(inputs["en_natural"]), "name": "en", "weight": 0.5},
+               {"source": str(inputs["code"]), "name": "code", "weight": 0.3, "max_repeats": 2},
+               {"source": str(inputs["multilingual_natural"]), "name": "ml", "weight": 0.2}]
+    jobs = {
+        "plain": ["LMData", "--input_dir", str(work / "all"), *TOKENIZER],
+        "mixture": ["LMData", "--mixture", json.dumps(mixture), *TOKENIZER],
+        "split": ["LMData", "--input_dir", str(work / "all"), *TOKENIZER, "--data_splits", "train=0.9,test=0.1"],
+    }
+    (work / "all").mkdir(exist_ok=True)
+    for name, path in inputs.items():  # the three corpora side by side, for the plain and split jobs
+        link = work / "all" / f"{name}.jsonl"
+        if not link.exists():
+            link.symlink_to(path / "corpus.jsonl")
+    results = []
+    for job, argv in jobs.items():
+        truth, job_seconds = _job_truth(argv, work / f"{job}_out")
+        if "tokens" not in truth:
+            truth["tokens"] = _truth(work / "all")
+        config, _ = load_config([*argv, "--output_dir", str(work / "never")])
+        hits = {name: 0 for name in truth}
+        for seed in range(trials):
+            got = _printed(estimate(config, sample, seed))
+            for name in truth:
+                hits[name] += got[name].low <= truth[name] <= got[name].high
+        _, text = _timed(["estimate", *argv, "--output_dir", str(work / "never"), "--sample", sample])
+        predicted = re.search(r"wall time here\s+([0-9.]+) (s|min|h)", text)
+        seconds = float(predicted.group(1)) * {"s": 1, "min": 60, "h": 3600}[predicted.group(2)]
+        results.append((job, {n: (h, trials) for n, h in hits.items()}, seconds, job_seconds))
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=40)
@@ -91,13 +174,19 @@ def main() -> int:
     parser.add_argument("--large-gb", type=float, default=0,
                         help="also this many GB made from the bench corpora (bench.py's --large-gb input): the "
                              "estimate's share of a job's time where start-up no longer dominates")
+    parser.add_argument("--job-trials", type=int, default=40,
+                        help="seeded estimates with the sample job of the plain, mixture and split jobs (0: none)")
     args = parser.parse_args()
     from pipelines.config import load_config
     from pipelines.estimate import estimate
 
     work = Path(tempfile.mkdtemp(prefix="bench_estimate_"))
-    rows = []
+    rows, jobs = [], []
     try:
+        if args.job_trials:
+            inputs = {name: _decompress(BENCH / f"{name}.jsonl.zst", work / f"jobs_{name}")
+                      for name in ("en_natural", "code", "multilingual_natural")}
+            jobs = _job_calibration(inputs, args.job_trials, args.sample, work)
         names = [n for n in args.corpora.split(",") if n] + ([f"{args.large_gb:g}GB"] if args.large_gb else [])
         for name in names:
             corpus = BENCH / f"{name}.jsonl.zst"
@@ -146,6 +235,14 @@ def main() -> int:
         lv_line = re.search(r"loss-valid tokens\s+(\S+)\s+\(95%: ([^,)]+)", text)
         print(f"  {name:<22} rows {rows_line.group(1)} ({rows_line.group(2)}) vs {post['n_examples']:,}; "
               f"loss-valid {lv_line.group(1)} ({lv_line.group(2)}) vs {post['loss_valid_tokens']:,}")
+    for job, hits, predicted, measured in jobs:
+        print(f"\n{job} job over the three corpora: {args.job_trials} seeded estimates at {args.sample} (with the "
+              f"sample job); the share of them whose 95% interval holds the job's own figure:")
+        for name, (h, n) in hits.items():
+            print(f"  {name:<32}{h / n:>6.0%}  ({'met' if h / n >= TARGET_COVERAGE else 'NOT met'})")
+        off = predicted / measured - 1
+        print(f"  wall time: predicted {predicted:.1f} s, the job took {measured:.1f} s ({off:+.0%}; "
+              f"within 25% for jobs over 30 s: {'met' if abs(off) <= 0.25 else 'not met' if measured > 30 else 'n/a'})")
     print("\ntargets:")
     for name, _, hits, _, _, est_s, job_s, _, _ in rows:
         coverage, share = hits / args.trials, est_s / job_s

@@ -424,8 +424,16 @@ def _largest_total(spec, per_source: dict) -> Interval:
 def _predict_outputs(plan, by_subset: dict, sample_tokens: list, job_params: dict, groups: int) -> tuple:
     """Each output of a split job: its fraction of its subset's documents, tokens and kept records
     (`split_share`: the job's draw is a keyed hash, blind to a document's size, so the fraction asked is the
-    share expected), and the ratios its part of the sample job measured."""
+    share expected), and the ratios the sample job measured at its max_seq_length."""
     measured = {o["path"]: o for o in job_params.get("outputs") or []}
+    # The ratios per token are pooled over the outputs of one max_seq_length: the draw is blind to content, so
+    # they differ only by chance (and a small output may get no sampled document at all).
+    pooled: dict = {}
+    for k, spec in enumerate(plan.splits.outputs):
+        got = measured.get(spec.path, {})
+        acc = pooled.setdefault(spec.max_seq_length, [0, 0, 0])
+        for i, value in enumerate((got.get("loss_valid_tokens", 0), got.get("sequences", 0), sample_tokens[k])):
+            acc[i] += value
     out = []
     for k, spec in enumerate(plan.splits.outputs):
         subset = plan.splits.subset_index(f"{spec.subset}/" if spec.subset is not None else "")
@@ -435,20 +443,18 @@ def _predict_outputs(plan, by_subset: dict, sample_tokens: list, job_params: dic
         documents = split_share(documents, spec.fraction, documents.value)
         kept = combine(by_subset["kept"][subset])
         kept = split_share(kept, spec.fraction, kept.value)
-        got = measured.get(spec.path, {})
-        have = sample_tokens[k]
+        loss, sequences, have = pooled[spec.max_seq_length]
 
         def per_token(x: float) -> float:
             return x / have if have else 0.0
 
-        loss = got.get("loss_valid_tokens", 0)
         if plan.mode in ONE_ROW_PER_RECORD:
             rows = kept
         elif plan.mode in PACKED_WINDOWS:  # as for one output: real positions over msl, a partial row a group
             full = scaled(tokens, per_token(loss) / spec.max_seq_length)
             rows = Interval(full.value + groups / 2, full.half_width + groups / 2)
         else:
-            rows = scaled(tokens, per_token(got.get("sequences", 0)))
+            rows = scaled(tokens, per_token(sequences))
         out.append(OutputPrediction(spec.path, spec.max_seq_length, documents, tokens,
                                     scaled(tokens, per_token(loss)), rows))
     return tuple(out)
