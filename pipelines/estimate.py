@@ -258,7 +258,6 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
         # A row per record kept: counted record by record. The rows per token of the sample job would be biased
         # where the draw favours long records (by byte), and long ones are the ones a row drops.
         rows = mixed.kept if mixed is not None else combine(s for per in strata["kept"] for s in per)
-        bytes_on_disk = scaled(out_tokens, per_token(disk))
     elif plan.mode in PACKED_WINDOWS and positions is not None:
         # Windows of max_seq_length over each group's stream: full rows in proportion to the real positions a
         # token makes (EOS, windows), plus one partial row per group. The sample job has as many groups as the
@@ -268,19 +267,8 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
         groups = _groups(plan, sizes, mixed)
         full = scaled(out_tokens, per_token(positions) / plan.pack.max_seq_length)
         rows = Interval(full.value + groups / 2, full.half_width + groups / 2)
-        # Bytes follow the rows (a padded partial row costs about what a full one does, once compressed), at the
-        # sample's bytes per row, whose own error is that of the mean of its rows' compressed sizes (a chunk a
-        # row): sources compress differently, and the sample job holds few rows.
-        per_row = disk / post["n_examples"] if post["n_examples"] else 0.0
-        spread = 0.0
-        if len(chunk_sizes) > 1 and per_row:
-            c = np.asarray(chunk_sizes, dtype=np.float64)
-            spread = student_t(len(c) - 1) * float(c.std(ddof=1)) / math.sqrt(len(c)) / float(c.mean())
-        relative = math.hypot(rows.relative, spread)
-        bytes_on_disk = Interval(rows.value * per_row, rows.value * per_row * relative)
     else:
         rows = scaled(out_tokens, per_token(post["n_examples"]))
-        bytes_on_disk = scaled(out_tokens, per_token(disk))
     outputs = ()
     if plan.splits is not None and mixed is None:
         outputs = _predict_outputs(plan, by_subset, sample_by_output, job_params, _groups(plan, sizes, None))
@@ -288,6 +276,8 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
             rows = Interval(sum(o.rows.value for o in outputs), sum(o.rows.half_width for o in outputs))
     elif plan.splits is not None:
         notes.append("a mixture with splits: the outputs are not predicted one by one yet (the totals are)")
+    bytes_on_disk = _bytes_on_disk(rows, disk, post["n_examples"], chunk_sizes,
+                                   int((job_params.get("input") or {}).get("used", 0)))
     files_per = config.files_per_record if config.num_output_files is None else None
     file_range = tuple(config.num_output_files if files_per is None else math.ceil(x / files_per)
                        for x in (rows.low, rows.value, rows.high))
@@ -419,6 +409,20 @@ def _largest_total(spec, per_source: dict) -> Interval:
         except ValueError:
             ends.append(0)
     return Interval(ends[1], max(ends[1] - ends[0], ends[2] - ends[1]))
+
+
+def _bytes_on_disk(rows: Interval, disk: int, sample_rows: int, chunk_sizes: list, sample_documents: int) -> Interval:
+    """Bytes follow the rows (a padded partial row costs about what a full one does, once compressed), at the
+    sample's bytes per row, whose own error is that of the mean of its rows' compressed sizes (a chunk a row):
+    sources compress differently, and the sample job holds few rows. The rows of one document compress alike,
+    so the mean counts as many independent values as the sample has documents, when fewer than its rows."""
+    per_row = disk / sample_rows if sample_rows else 0.0
+    spread = 0.0
+    if len(chunk_sizes) > 1 and per_row:
+        c = np.asarray(chunk_sizes, dtype=np.float64)
+        n = max(2, min(len(c), sample_documents or len(c)))
+        spread = student_t(n - 1) * float(c.std(ddof=1)) / math.sqrt(n) / float(c.mean())
+    return Interval(rows.value * per_row, rows.value * per_row * math.hypot(rows.relative, spread))
 
 
 def _predict_outputs(plan, by_subset: dict, sample_tokens: list, job_params: dict, groups: int) -> tuple:
