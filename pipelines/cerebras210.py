@@ -447,10 +447,7 @@ def _dataset(mode: str, dataset: dict, path: str, values: dict, notices: list) -
     elif template:
         notices.append(f"dataset.chat_template: not read for {mode}: ignored")
     truncate = dataset.get("truncate_to_msl")
-    if truncate and mode == "Summarization_VSL":
-        notices.append(f"dataset.truncate_to_msl: {mode} does not cut pairs yet: a prompt and completion longer "
-                       "than max_seq_length are dropped and counted (too_long)")
-    elif truncate:
+    if truncate:
         values["truncate"] = _truncation(truncate, notices)
     delimiter = dataset.get("response_delimiter", dataset.get("respose_delimiter"))
     if delimiter is not None:

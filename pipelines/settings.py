@@ -199,7 +199,8 @@ SETTINGS: tuple[Setting, ...] = (
        "it for multimodal rows; without it a record that masks attention is refused", modes=(CHAT,)),
     _s("truncate", "dataset", "str", None,
        "a conversation (or Summarization pair) too long for a row: dropped (default), or cut: keep_start | "
-       "keep_end of each turn (of the prompt; then the completion's end)", modes=CONVERSATION_MODES + (SUMMARIZATION,)),
+       "keep_end of each turn (of the prompt; then the completion's end)",
+       modes=CONVERSATION_MODES + SUMMARIZATION_MODES),
     _s("chosen_key", "dataset", "str", "chosen",
        "record key of the chosen response (a string, or a list of messages ending with it)", modes=(DPO,)),
     _s("rejected_key", "dataset", "str", "rejected",

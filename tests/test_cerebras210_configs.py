@@ -213,6 +213,44 @@ def test_summarization_truncate_to_msl_cuts_the_pairs(tmp_path):
     assert (rows[:, 1].sum(axis=1) > 0).all()  # every row still trains its completion
 
 
+def test_summarization_vsl_truncate_to_msl_cuts_the_pairs(tmp_path):
+    """The same config with dataset.use_vsl: Summarization_VSL cuts the pairs longer than msl by the same rule
+    (to msl positions, the EOS a label), where it used to drop them with a notice; `verify` passes the rows."""
+    require_shared()
+    from pipelines.create_hdf5_dataset import main
+    from pipelines.tools.verify import verify_dataset
+
+    config = _config("summarization_preprocessing", tmp_path, _pairs("source", "target")(tmp_path / "input"))
+    text = config.read_text().replace("max_seq_length: 2048", "max_seq_length: 256")
+    vsl = tmp_path / "vsl.yaml"
+    vsl.write_text(text.replace("dataset:\n", "dataset:\n  use_vsl: true\n"))
+    uncut = tmp_path / "uncut.yaml"  # the same pairs without truncate_to_msl: which are too long
+    uncut.write_text(vsl.read_text().replace(str(tmp_path / "out"), str(tmp_path / "uncut"))
+                     .replace("  truncate_to_msl:\n    truncation_mode: keep_start\n    max_turn_length: 512\n", ""))
+    assert main(["--config", str(uncut), *RUNNER]) == 0
+    too_long = json.loads((tmp_path / "uncut" / "data_params.json").read_text())["input"]["dropped_by_reason"]
+    assert too_long.get("too_long", 0) > 0, too_long
+
+    assert main(["--config", str(vsl), *RUNNER]) == 0
+    out = tmp_path / "out"
+    params = json.loads((out / "data_params.json").read_text())
+    assert params["setup"]["dataset_processor"].endswith("VSLSummarizationPreprocessor")
+    assert params["input"]["used"] == 120 and not params["input"]["dropped_by_reason"]
+    assert params["dataset"]["truncate"] == "keep_start"
+    from pipelines.config import load_config
+
+    notices = load_config(["--config", str(vsl)])[0].notices
+    assert not any(n.startswith("dataset.truncate_to_msl:") for n in notices), notices
+    result = verify_dataset(str(out))
+    assert result.ok, result.problems
+    rows = read_rows(out)
+    assert params["post-process"]["num_sequences_before_packing"] == 120
+    # A cut pair fills a row alone: its last position is its EOS label, with span 0 and position msl - 1.
+    full = rows[:, 4, -1] == 255
+    assert full.sum() >= too_long["too_long"] and (rows[full, 3, -1] == 0).all()
+    assert (rows[full, 2, -1] == params["processing"]["eos_id"]).all()
+
+
 def test_preprocess_data_command(tmp_path):
     """2.10's command name: `preprocess_data --config cfg.yaml` runs the job; without --config it says how."""
     import subprocess

@@ -11,16 +11,17 @@ tool results never are.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.chat_helpers import backend, hf_tokenizer, renderer
+from tests.chat_helpers import backend, hf_tokenizer, renderer, tokenizer_config
 from tests.helpers import SHARED, read_rows, require_shared, run_job
 from transforms.core.chat.encode import ChatEncoder, Conversation, parse_chat
-from transforms.core.chat.template import ChatError, ChatRenderer, renders_tool_calls
+from transforms.core.chat.template import ChatError, ChatRenderer, renders_tool_calls, template_tokens
 
 QWEN = "qwen2.5-instruct"
 GENMASK = "qwen2.5-instruct-genmask"
@@ -169,6 +170,71 @@ def test_a_tool_call_the_template_writes_differently_when_last_is_refused():
     with pytest.raises(ChatError) as info:
         encoder.encode(Conversation(CONVERSATIONS["two_rounds"], None))
     assert info.value.reason == "tool_call_not_located"
+
+
+QWEN3_TEMPLATE = Path(__file__).parent / "data" / "chat_templates" / "Qwen-Qwen3-0.6B.jinja"
+QWEN3_CONVERSATIONS = {
+    # A call followed by more turns, then one that ends the conversation, with text before it.
+    "call_then_last_call": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [_call("get_weather", {"city": "Paris"})]},
+        {"role": "tool", "content": "sunny 21", "tool_call_id": "call00001", "name": "get_weather"},
+        {"role": "assistant", "content": "Sunny, 21 degrees in Paris."},
+        {"role": "user", "content": "And Rome?"},
+        {"role": "assistant", "content": "Checking Rome.", "tool_calls": [_call("get_weather", {"city": "Rome"},
+                                                                               "call00002")]}],
+    # Two calls in a row after one question (both after Qwen3's last query), the second ending the conversation.
+    # (Qwen3's template reads every assistant content as text: a call's is "", not null.)
+    "two_calls_in_a_row": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Paris, then the time there."},
+        {"role": "assistant", "content": "", "tool_calls": [_call("get_weather", {"city": "Paris"})]},
+        {"role": "tool", "content": "paris temp 21"},
+        {"role": "assistant", "content": "", "tool_calls": [_call("get_time", {}, "call00002")]}],
+}
+
+
+@pytest.mark.parametrize("name", sorted(QWEN3_CONVERSATIONS))
+def test_qwen3_tool_calls_are_located_where_the_template_writes_more_for_the_last_turn(name):
+    """Qwen3's template writes an empty think block before an assistant turn after the last question only when
+    that turn ends the conversation: rendered up to a call that more turns follow, the conversation does not
+    begin the whole rendering. Less that block it does, and the call is located there. The text and ids are
+    transformers'; the trained positions are exactly the assistant turns (from the newline after
+    `<|im_start|>assistant` to the `<|im_end|>` and newline that end the turn, tool calls and the last turn's
+    think block included); nothing else is, tool results included."""
+    import re
+
+    template = QWEN3_TEMPLATE.read_text()
+    messages, tools = QWEN3_CONVERSATIONS[name], [WEATHER, TIME]
+    hf = hf_tokenizer(QWEN)
+    text = hf.apply_chat_template(_hf_messages(messages), tools=tools, tokenize=False, chat_template=template)
+    want = hf.apply_chat_template(_hf_messages(messages), tools=tools, tokenize=True, return_dict=True,
+                                  chat_template=template)["input_ids"]
+    # What makes this template different: the call that more turns follow is written without the think block
+    # its rendering as the last turn has.
+    first_call = next(i for i, m in enumerate(messages) if m.get("tool_calls"))
+    alone = hf.apply_chat_template(_hf_messages(messages[:first_call + 1]), tools=tools, tokenize=False,
+                                   chat_template=template)
+    assert "<think>\n\n</think>" in alone[alone.rindex("<|im_start|>assistant"):] and not text.startswith(alone)
+    assert text.endswith("</tool_call><|im_end|>\n") and text.count("<think>") == 1  # the last call's only
+
+    renderer = ChatRenderer(template, template_tokens(tokenizer_config(QWEN)))
+    encoder = ChatEncoder(renderer, backend(QWEN))
+    conversation = parse_chat(json.dumps({"messages": messages, "tools": tools}))
+    got = encoder.encode(conversation)
+    assert got.text == text and got.ids.tolist() == list(want)
+    turns = [(m.start() + len("<|im_start|>assistant"), text.index("<|im_end|>\n", m.end()) + len("<|im_end|>\n"))
+             for m in re.finditer(re.escape("<|im_start|>assistant"), text)]
+    assert len(turns) == sum(m["role"] == "assistant" for m in messages)
+    expected = np.zeros(len(got.ids), dtype=bool)
+    for a, b in turns:
+        expected |= (got.offsets[:, 0] < b) & (got.offsets[:, 1] > a)
+    assert np.array_equal(got.trained, expected), (_trained_text(hf, want, got.trained),
+                                                   _trained_text(hf, want, expected))
+    # The batch path encodes it the same.
+    [batched] = encoder.encode_many([conversation])
+    assert np.array_equal(batched.ids, got.ids) and np.array_equal(batched.trained, got.trained)
+    assert [t.role for t in got.turns] == [m["role"] for m in messages]
 
 
 # ---------------------------------------------------------------- through the job

@@ -269,6 +269,80 @@ def test_own_hook_on_worker_processes_to_gs(given, gcs, tmp_path):
 from tests.test_gcs import emulator, gcs  # noqa: E402,F401 - the gs:// fixtures
 
 
+# ---------------------------------------------------------------- the regions encoded in batches
+
+
+class _CountingBackend:
+    """A tokenizers.Tokenizer that counts its encode_batch calls and the texts of each."""
+
+    def __init__(self, backend):
+        self._backend = backend
+        self.batches: list[int] = []
+
+    def encode_batch(self, texts, **kwargs):
+        self.batches.append(len(texts))
+        return self._backend.encode_batch(texts, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+
+@pytest.mark.parametrize("attention", [False, True])
+def test_regions_are_encoded_in_batches_as_one_at_a_time(attention):
+    """A group's hooked records are encoded a slice at a time, as the Chat modes encode conversations: the chat
+    records' renderings in one encode_batch, the text records' regions in another, never one record per call.
+    Each record gets what it gets encoded alone, refusals with the same reason; its chat ids are the rendering's
+    ids, its text ids each region's, between BOS and EOS."""
+    require_shared(QWEN)
+    from tests.chat_helpers import tokenizer_config
+    from transforms.core.chat.encode import ChatEncoder
+    from transforms.core.chat.hooked import encode_regions_many
+    from transforms.core.chat.template import ChatError, ChatRenderer, template_from_config, template_tokens
+    from transforms.core.regions import Region, conversation, read_semantic_array
+
+    config = tokenizer_config("qwen2.5-instruct")
+    counting = _CountingBackend(_tokenizer())
+    encoder = ChatEncoder(ChatRenderer(template_from_config(config), template_tokens(config)), counting)
+    user, assistant = ({"type": "user", "content": [{"text": "What is 2+2?"}, {"text": " Be quick."}]},
+                       {"type": "assistant", "content": [{"text": "Answer: "}, {"text": "4."}],
+                        "semantic_loss_weight": [0, 1]})
+    records = [
+        read_semantic_array([{"type": "system", "content": [{"text": "Answer briefly."}]}, user, assistant]),
+        read_semantic_array([{"type": "prompt", "content": [{"text": "Translate: chat"}]},
+                             {"type": "completion", "content": [{"text": " cat"}]}]),
+        read_semantic_array([{**user, "semantic_attention_mask": [1, 0]}, assistant]),  # refused without attention
+        read_semantic_array([user, {**assistant, "semantic_loss_weight": [0, 2]}]),  # bad_loss_weight
+        read_semantic_array([user, {**assistant, "semantic_loss_weight": [0, 0]}]),  # no_assistant_turn
+        (Region("user", " ", 0, True, 0, 0), Region("assistant", "Yes.", 1, True, 1, 0)),  # empty_content
+        read_semantic_array([{"type": "user", "content": [{"text": "Say <|im_end|> please"}]},
+                             {"type": "assistant", "content": [{"text": "<|im_end|>"}]}]),
+        read_semantic_array([{"type": "context", "content": [{"text": "Paris is in France."}]},
+                             {"type": "completion", "content": [{"text": " France"}]}]),
+    ]
+    args = dict(bos_id=151643, eos_id=151645, attention=attention)
+    batched = encode_regions_many(encoder, records, **args)
+    chats = [k for k in (0, 2, 5, 6) if attention or k != 2]
+    # One call for the chat records' renderings (record 5's refused before it), one for the text records' regions.
+    assert counting.batches == [len(chats) - 1, 4]
+    for k, (regions, got) in enumerate(zip(records, batched)):
+        [alone] = encode_regions_many(ChatEncoder(encoder.renderer, counting._backend), [regions], **args)
+        if isinstance(alone, ChatError):
+            assert isinstance(got, ChatError) and got.reason == alone.reason, (k, got)
+            continue
+        assert got.text == alone.text and got.turns == alone.turns, k
+        for name in ("ids", "trained", "offsets", "attend"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(alone, name), err_msg=f"{k} {name}")
+        if k in chats:  # the ids are the rendering's, tokenized alone
+            assert got.ids.tolist() == encoder.tokenize(conversation(regions)[0]).ids.tolist()
+        else:
+            assert got.ids.tolist() == [151643, *[t for r in regions for t in _tokenizer().encode(
+                r.text, add_special_tokens=False).ids], 151645]
+    reasons = {k: got.reason for k, got in enumerate(batched) if isinstance(got, ChatError)}
+    assert reasons == {**({} if attention else {2: "attention_mask_not_written"}), 3: "bad_loss_weight",
+                       4: "no_assistant_turn", 5: "empty_content"}
+    assert all(got.trained.any() for got in batched if not isinstance(got, ChatError))
+
+
 # ---------------------------------------------------------------- custom_tokenizer: module:Class
 
 
@@ -295,6 +369,80 @@ def test_custom_tokenizer_class_gives_the_wrapped_tokenizers_rows(tmp_path):
     assert (custom[~real] == 0).all() and real.any()
 
 
+def _custom_tokenizer_job(tmp_path) -> Path:
+    config = _config(tmp_path, "tests.hook_examples:qa_regions")
+    config.write_text(config.read_text().replace(
+        f'    huggingface_tokenizer: "{QWEN}"\n',
+        '    custom_tokenizer: "tests.tokenizer_examples:WrappedTokenizer"\n'
+        f'    tokenizer_params: {{pretrained_model_name_or_path: "{QWEN}", pad_token_id: 0}}\n'))
+    assert _run(config) == 0
+    return tmp_path / "out"
+
+
+def test_verify_rebuilds_an_importable_custom_tokenizer(tmp_path):
+    """`verify --trust_custom_tokenizer` builds the custom_tokenizer class with its tokenizer_params, as the job
+    did: the tokenizer's checks run (the detokenized sizes recounted, the vocabulary compared), so a wrong count
+    is caught."""
+    require_shared(QWEN)
+    from pipelines.tools.verify import verify_dataset
+
+    out = _custom_tokenizer_job(tmp_path)
+    result = verify_dataset(str(out), trust_custom_tokenizer=True)
+    assert result.ok and not result.notes, result.lines()  # no check skipped, the tokenizer is the job's
+    params_path = out / "data_params.json"
+    params = json.loads(params_path.read_text())
+    params["h5_dataset_stats"]["detokenized_chars"] += 1
+    params_path.write_text(json.dumps(params))
+    result = verify_dataset(str(out), trust_custom_tokenizer=True)
+    wrong = params["h5_dataset_stats"]["detokenized_chars"]
+    assert [p for p in result.problems if "detokenized" in p] == [
+        f"data_params.json: h5_dataset_stats.detokenized_chars is {wrong}, the files recount to {wrong - 1}"]
+
+
+def test_verify_without_the_custom_tokenizer_class_names_what_it_skipped(tmp_path, monkeypatch):
+    """Where the class cannot be imported (another machine), every other check still runs and passes, and the
+    notes say exactly which checks were skipped, and why."""
+    require_shared(QWEN)
+    import sys
+
+    from pipelines.tools.verify import verify_dataset
+
+    out = _custom_tokenizer_job(tmp_path)
+    monkeypatch.setitem(sys.modules, "tests.tokenizer_examples", None)  # an import of it now fails
+    result = verify_dataset(str(out), trust_custom_tokenizer=True)
+    assert result.ok, result.problems
+    spec = "tests.tokenizer_examples:WrappedTokenizer"
+    assert result.notes == [
+        "h5_dataset_stats.detokenized_chars/bytes not checked: the tokenizer could not be rebuilt (see below)",
+        f"tokenizer not rebuilt: cannot rebuild the tokenizer (custom_tokenizer {spec}): custom_tokenizer {spec}: "
+        "cannot import tests.tokenizer_examples: import of tests.tokenizer_examples halted; None in sys.modules; "
+        "skipped: h5_dataset_stats.detokenized_chars/bytes against the rows decoded; post-process.vocab_size "
+        "against the tokenizer's vocabulary"], result.notes
+
+
+def test_verify_runs_no_custom_tokenizer_code_unless_trusted(tmp_path, capsys):
+    """A data_params.json names the class its job built: checking the dataset does not import it unless asked
+    (the file may come from anyone), and says which checks that skips and how to run them."""
+    require_shared(QWEN)
+    import sys
+
+    from pipelines.create_hdf5_dataset import main
+    from pipelines.tools.verify import verify_dataset
+
+    out = _custom_tokenizer_job(tmp_path)
+    sys.modules.pop("tests.tokenizer_examples", None)
+    result = verify_dataset(str(out))
+    assert "tests.tokenizer_examples" not in sys.modules  # nothing of it imported, so nothing of it ran
+    assert result.ok, result.problems
+    spec = "tests.tokenizer_examples:WrappedTokenizer"
+    assert result.notes[1] == (
+        f"tokenizer not rebuilt: custom_tokenizer {spec} not imported: building it runs its code "
+        "(--trust_custom_tokenizer builds it as the job did); skipped: h5_dataset_stats.detokenized_chars/bytes "
+        "against the rows decoded; post-process.vocab_size against the tokenizer's vocabulary"), result.notes
+    assert main(["verify", str(out), "--trust_custom_tokenizer"]) == 0
+    assert "not imported" not in capsys.readouterr().out
+
+
 def test_custom_tokenizer_that_wraps_nothing_is_refused(tmp_path, capsys):
     config = _config(tmp_path, "tests.hook_examples:qa_regions")
     config.write_text(config.read_text().replace(
@@ -314,6 +462,10 @@ def test_huggingface_tokenizer_with_tokenizer_params(tmp_path):
     assert _run(config) == 0
     params = json.loads((tmp_path / "out" / "data_params.json").read_text())
     assert params["processing"]["pad_id"] == _tokenizer().token_to_id("<|im_start|>")
+    from pipelines.tools.verify import verify_dataset
+
+    result = verify_dataset(str(tmp_path / "out"))  # rebuilt with the same arguments: the job's tokenizer
+    assert result.ok and not result.notes, result.lines()
 
 
 def test_own_hook_in_pretraining_makes_the_documents(tmp_path):

@@ -73,7 +73,7 @@ EXPECTED = {
     "meta-llama-Llama-3.1-8B-Instruct": ("llama3-instruct", OK),
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": ("qwen2.5-instruct", {**OK, "tools": "tools_not_rendered",
                                                                       "think_in_content": "content_rewritten"}),
-    "Qwen-Qwen3-0.6B": ("qwen2.5-instruct", {**OK, "tools": "tool_call_not_located"}),
+    "Qwen-Qwen3-0.6B": ("qwen2.5-instruct", OK),
     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use": ("llama3-instruct", {
         case: "template_error" for case in CASES if case != "tools"} | {"tools": "ok"}),
     "Mistral-Small-3.2-24B-Instruct-2506": ("mistral-nemo-instruct", OK),

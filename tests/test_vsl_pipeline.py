@@ -282,6 +282,32 @@ def test_summarization_vsl_inserts_sep_with_every_tokenizer_type(corpus, tmp_pat
         assert labels[-1] == params["post-process"]["eos_id"]
 
 
+def test_summarization_vsl_truncate_flag_cuts_the_prompt_first(corpus, tmp_path):
+    """`--truncate keep_end` (the CLI form of 2.10's truncate_to_msl): pairs over msl positions are cut to msl
+    positions, ending in their EOS label, instead of dropped; `verify` passes the rows."""
+    from pipelines.tools import verify_dataset
+
+    def job(out, *extra):
+        return run_job(["Summarization_VSL", "--input_dir", str(corpus / "pairs"), "--output_dir", str(out),
+                        "--tokenizer_type", "NeoXTokenizer", "--encoder_file", str(NEOX), "--max_seq_length", "128",
+                        "--prompt_key", "prompt", "--completion_key", "completion", "--min_sequence_len", "2",
+                        *extra])
+
+    dropped = job(tmp_path / "dropped")["input"]
+    assert dropped["dropped_by_reason"].get("too_long", 0) > 50, dropped
+    params = job(tmp_path / "cut", "--truncate", "keep_end")
+    assert params["dataset"]["truncate"] == "keep_end"
+    assert params["input"]["used"] == dropped["used"] + dropped["dropped_by_reason"]["too_long"]
+    assert "too_long" not in params["input"]["dropped_by_reason"]
+    result = verify_dataset(str(tmp_path / "cut"))
+    assert result.ok, result.problems
+    segs = segments(read_rows(tmp_path / "cut"))
+    assert sum(segs.values()) == params["input"]["used"]
+    full = [key for key in segs for _ in range(segs[key]) if len(key[0]) == 128]  # exactly msl positions
+    assert len(full) >= dropped["dropped_by_reason"]["too_long"]
+    assert all(labels[-1] == params["post-process"]["eos_id"] and mask[-1] == 1 for _, labels, mask in full)
+
+
 # ---------------------------------------------------------------- the tools on what the job wrote
 
 

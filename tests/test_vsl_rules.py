@@ -156,6 +156,39 @@ def test_summarization_limits_count_positions_not_the_eos():
     assert len(nothing) == 0 and used == 0 and dropped == Counter({DROP_SINGLE_TOKEN: 1})
 
 
+@pytest.mark.parametrize("mode", ["keep_start", "keep_end"])
+def test_summarization_truncate_cuts_to_the_vsl_capacity_as_summarization_does(mode):
+    """With truncate (2.10's truncate_to_msl) a pair over msl positions is cut, not dropped: the prompt first
+    (down to one token, `mode` says which end stays), then the completion's tail (down to one token), to
+    exactly msl positions; the EOS stays a label. What cannot be cut that far is still dropped."""
+    from transforms.core.summarization import SummarizationConfig, summarization_row
+
+    cfg = _cfg(8, min_sequence_len=2, sep_id=SEP, truncate=mode)
+    # positions 5 + 1 + 4 = 10: two prompt tokens go; 2 + 1 + 9 = 12: the prompt goes to one token, then the
+    # completion loses its last three; 1 + 1 + 12 = 14: only the completion's tail can go; 8 fits as it is.
+    pairs = _pairs((5, 4), (2, 9), (1, 12), (3, 4))
+    segs, used, dropped = summarization_segments(pairs, cfg)
+    assert (used, dropped) == (4, Counter()) and segs.positions.tolist() == [8, 8, 8, 8]
+    (p0, c0), (p1, c1), (p2, c2), (p3, c3) = [(p.tolist(), c.tolist()) for p, c in pairs]
+    head = {"keep_start": lambda p, n: p[:n], "keep_end": lambda p, n: p[len(p) - n:]}[mode]
+    assert _seg_tokens(segs) == [head(p0, 3) + [SEP] + c0 + [EOS], head(p1, 1) + [SEP] + c1[:6] + [EOS],
+                                 p2 + [SEP] + c2[:6] + [EOS], p3 + [SEP] + c3 + [EOS]]
+    assert segs.mask_from.tolist() == [3, 1, 1, 3]  # the loss still starts at sep
+    # The same cut as Summarization's at the same msl: its row holds msl + 1 tokens (the EOS a label), as a
+    # segment of msl positions does.
+    summ = SummarizationConfig(max_seq_length=8, eos_id=EOS, pad_id=PAD, sep_id=SEP, min_sequence_len=2,
+                               truncate=mode)
+    for (prompt, completion), tokens in zip(pairs, _seg_tokens(segs)):
+        row, _ = summarization_row(prompt, completion, summ)
+        ids = row[0].tolist() + [row[2, -1]]
+        assert [t for t in ids if t != PAD] == tokens
+    # Without truncate, as before: dropped. With it, a pair with no room for one prompt and one completion token
+    # is dropped too.
+    assert summarization_segments(pairs, _cfg(8, min_sequence_len=2, sep_id=SEP))[2] == Counter({DROP_TOO_LONG: 3})
+    tight = _cfg(2, min_sequence_len=1, sep_id=SEP, truncate=mode)
+    assert summarization_segments(_pairs((3, 3)), tight)[1:] == (0, Counter({DROP_TOO_LONG: 1}))
+
+
 # ---------------------------------------------------------------- rows
 
 

@@ -59,8 +59,12 @@ def add_tokenizer_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--vocab_file")
     g.add_argument("--encoder_file")
     g.add_argument("--huggingface_tokenizer")
+    g.add_argument("--trust_custom_tokenizer", action="store_true",
+                   help="build the recorded custom_tokenizer class (Cerebras 2.10's module:Class) as the job did: "
+                        "its code runs here, so only for a dataset whose data_params.json you trust")
 
 
-def tokenizer_flags(args: argparse.Namespace) -> dict[str, Optional[str]]:
-    """Those flags' values, as keyword arguments of `verify_dataset` and `inspect_row`."""
-    return {k: getattr(args, k, None) for k in _TOKENIZER_FLAGS}
+def tokenizer_flags(args: argparse.Namespace) -> dict:
+    """Those flags' values (and --trust_custom_tokenizer), as keyword arguments of `verify_dataset` and `inspect_row`."""
+    return {**{k: getattr(args, k, None) for k in _TOKENIZER_FLAGS},
+            "trust_custom_tokenizer": bool(getattr(args, "trust_custom_tokenizer", False))}

@@ -233,7 +233,7 @@ def _resolve_file(out_dir: str, file: Optional[str]) -> str:
 
 
 def inspect_row(out_dir: str, *, file: Optional[str] = None, row: int = 0, color: bool = False, ids: bool = False,
-                **tokenizer: Optional[str]) -> str:
+                **tokenizer) -> str:
     """The text `inspect` prints for one row."""
     require_dir(out_dir)
     params, _ = load_params(out_dir)

@@ -75,7 +75,7 @@ def _stray_hdf5(out_dir: str) -> list[str]:
 
 
 def verify_dataset(out_dir: str, *, vocab_size: Optional[int] = None, max_seq_length: Optional[int] = None,
-                   **tokenizer: Optional[str]) -> VerifyResult:
+                   **tokenizer) -> VerifyResult:
     """Check every .h5 file and data_params.json of out_dir; see `transforms.core.verify`.
 
     `vocab_size` / `max_seq_length`: the model's; by default data_params.json's.
@@ -160,10 +160,20 @@ def verify_dataset(out_dir: str, *, vocab_size: Optional[int] = None, max_seq_le
         res.problems += [f"{PARAMS_FILE}: {p}" for p in problems]
         res.notes += cfg_notes
         if tok is None:
-            res.notes.append(f"tokenizer not rebuilt: {tok_how}")
+            res.notes.append(f"tokenizer not rebuilt: {tok_how}; skipped: {_needing_a_tokenizer(params, spec)}")
     elif max_seq_length is None and len(set(msls)) > 1:
         res.problems.append(f"{out_dir}: files hold rows of different lengths: {sorted(set(msls))}")
     return res
+
+
+def _needing_a_tokenizer(params: dict, spec: V.DatasetSpec) -> str:
+    """The checks this dataset would get from its tokenizer, by name: every other check runs without it."""
+    checks = []
+    if isinstance(params.get("h5_dataset_stats"), dict):
+        checks.append("h5_dataset_stats.detokenized_chars/bytes against the rows decoded")
+    if spec.vocab_size is not None:
+        checks.append("post-process.vocab_size against the tokenizer's vocabulary")
+    return "; ".join(checks) if checks else "nothing (no check of this dataset needs it)"
 
 
 def _says_empty(params: Optional[dict]) -> bool:

@@ -31,7 +31,8 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["SummarizationConfig", "summarization_row", "summarization_batch", "DROP_TOO_LONG", "DROP_TOO_SHORT"]
+__all__ = ["SummarizationConfig", "summarization_row", "summarization_batch", "cut_pair", "DROP_TOO_LONG",
+           "DROP_TOO_SHORT"]
 
 DROP_TOO_LONG = "too_long"
 DROP_TOO_SHORT = "shorter_than_min_sequence_len"
@@ -55,7 +56,7 @@ def summarization_row(prompt: np.ndarray, completion: np.ndarray, cfg: Summariza
     sep = [] if cfg.sep_id is None else [cfg.sep_id]
     total = len(prompt) + len(sep) + len(completion) + 1
     if total > msl + 1 and cfg.truncate is not None:
-        prompt, completion = _cut(prompt, completion, total - (msl + 1), cfg.truncate)
+        prompt, completion = cut_pair(prompt, completion, total - (msl + 1), cfg.truncate)
         total = len(prompt) + len(sep) + len(completion) + 1
     if total > msl + 1:
         return None, DROP_TOO_LONG
@@ -72,9 +73,10 @@ def summarization_row(prompt: np.ndarray, completion: np.ndarray, cfg: Summariza
     return np.stack([ids[:-1], mask, ids[1:]]), None
 
 
-def _cut(prompt: np.ndarray, completion: np.ndarray, excess: int, mode: str) -> tuple[np.ndarray, np.ndarray]:
+def cut_pair(prompt: np.ndarray, completion: np.ndarray, excess: int, mode: str) -> tuple[np.ndarray, np.ndarray]:
     """`excess` tokens off the prompt (to one token; `mode` says which end stays), then off the completion's
-    tail (to one token); what cannot be cut stays, and the caller drops the record."""
+    tail (to one token); what cannot be cut stays, and the caller drops the record. Summarization_VSL cuts
+    with the same rule (`vsl.summarization_segments`), only its limit differs."""
     if mode not in ("keep_start", "keep_end"):
         raise ValueError(f"truncate: expected keep_start or keep_end, got {mode!r}")
     cut = min(excess, max(len(prompt) - 1, 0))

@@ -28,7 +28,9 @@ LMData_VSL drops documents shorter than `min_sequence_len`, draws one
 `short_seq_prob` number per remaining document, and folds a document longer
 than msl + 1 tokens into windows of msl + 1 tokens with stride msl (window k
 ends with the token window k + 1 starts with, so every prediction is kept);
-Summarization_VSL keeps a record whose positions |P| (+1 sep) + |C| fit msl.
+Summarization_VSL keeps a record whose positions |P| (+1 sep) + |C| fit msl,
+and with `truncate` (Cerebras 2.10's `truncate_to_msl`) cuts a longer one to
+fit by Summarization's rule (`summarization.cut_pair`).
 
 Where segments go is ours (`pack_bins`): best-fit decreasing within a
 packing group, a rule of the group's content alone.
@@ -46,6 +48,7 @@ import numpy as np
 
 from transforms.core.features import (ATTENTION_MASK, ATTENTION_SPAN, INPUT_IDS, KEY_PADDING_MASK, LABELS,
                                       POSITION_IDS, VSL_FEATURES)
+from transforms.core.summarization import cut_pair
 
 __all__ = ["VslConfig", "Segments", "PackedRows", "lm_segments", "summarization_segments", "pack_bins",
            "pack_segments", "index_dtype", "vsl_lm_batch", "vsl_summarization_batch", "DROP_MIN_LEN", "DROP_NOT_FOLDED",
@@ -70,6 +73,7 @@ class VslConfig:
     inverted_mask: bool = False
     eos_id: Optional[int] = None  # Summarization_VSL: the label after the completion
     sep_id: Optional[int] = None  # Summarization_VSL: between prompt and completion
+    truncate: Optional[str] = None  # Summarization_VSL: None drops a pair too long; keep_start | keep_end cut it
 
 
 @dataclasses.dataclass
@@ -165,6 +169,11 @@ def summarization_segments(pairs: Sequence[tuple[np.ndarray, np.ndarray]], cfg: 
     A record (P, C) becomes the tokens P (+ [sep]) + C + [eos]: |P| (+1) + |C|
     positions, kept when that is at most msl and at least min_sequence_len
     (the reference's limits: the EOS is only a label, so it takes no position).
+    A longer record is dropped, or with `truncate` cut to msl positions as
+    Summarization cuts (`cut_pair`: the prompt first, down to one token, then
+    the completion's tail, down to one token); one that still does not fit is
+    dropped. For example |P| = 5, |C| = 3, no sep, msl = 6 (8 positions, 2
+    too many) keeps P[:3] (keep_start) or P[2:] (keep_end) and all of C.
     Its loss starts at the position whose label is C's first token, or at 0
     when there is no prompt and no sep (where the reference crashes).
     """
@@ -175,6 +184,9 @@ def summarization_segments(pairs: Sequence[tuple[np.ndarray, np.ndarray]], cfg: 
     kept, dropped = [], Counter()
     for prompt, completion in pairs:
         total = len(prompt) + len(sep) + len(completion)
+        if total > msl and cfg.truncate is not None:
+            prompt, completion = cut_pair(prompt, completion, total - msl, cfg.truncate)
+            total = len(prompt) + len(sep) + len(completion)
         if total > msl:
             dropped[DROP_TOO_LONG] += 1
         elif total < cfg.min_sequence_len:

@@ -49,7 +49,7 @@ from transforms.core.chat.template import CHATML_TOKENS
 from transforms.core.tokenizer import Tokenizer, build_tokenizer
 from transforms.core.verify import FileLayout
 from transforms.io import fs
-from transforms.io.tokenizer_files import read_tokenizer_files
+from transforms.io.tokenizer_files import autotokenizer_files, custom_tokenizer_files, read_tokenizer_files
 
 __all__ = ["H5Dataset", "iter_dataset", "list_h5_files", "host_files", "open_dataset_params", "open_h5",
            "file_layout", "iter_row_blocks", "open_dataset_tokenizer", "feature_names", "PARAMS_FILE", "KEYS"]
@@ -280,12 +280,16 @@ def _locate(path: Optional[str], out_dir: str, hub: bool = False) -> Optional[st
                             f"ancestors{' and the Hugging Face cache' if hub else ''}); pass it explicitly")
 
 
-def open_dataset_tokenizer(out_dir: str, params: Optional[dict], **overrides: Optional[str]
-                           ) -> tuple[Optional[Tokenizer], str]:
+def open_dataset_tokenizer(out_dir: str, params: Optional[dict], *, trust_custom_tokenizer: bool = False,
+                           **overrides: Optional[str]) -> tuple[Optional[Tokenizer], str]:
     """(tokenizer, how it was found) rebuilt from data_params.json's processing settings, or (None, why not).
 
     `overrides` (tokenizer_type, vocab_file, encoder_file, huggingface_tokenizer) replace the recorded
-    settings; relative recorded paths are looked up as `_candidates` says.
+    settings; relative recorded paths are looked up as `_candidates` says. A Cerebras 2.10
+    `custom_tokenizer: module:Class` is imported and built with its recorded `tokenizer_params`, as the job
+    built it, only with `trust_custom_tokenizer`: its code runs here, named by a file that may come from anyone
+    (checking a dataset must not run what it names unless asked); a class that cannot be imported here gives
+    (None, why not).
     """
     proc = dict((params or {}).get("processing") or {})
     dataset = (params or {}).get("dataset") or {}
@@ -297,6 +301,10 @@ def open_dataset_tokenizer(out_dir: str, params: Optional[dict], **overrides: Op
     kind = proc.get("tokenizer_type")
     if not kind:
         return None, "no tokenizer_type in data_params.json and none given"
+    custom = None if given else proc.get("custom_tokenizer")
+    if custom and not trust_custom_tokenizer:
+        return None, (f"custom_tokenizer {custom} not imported: building it runs its code (--trust_custom_tokenizer "
+                      "builds it as the job did)")
     try:
         files = {k: (given.get(k) if given else _locate(proc.get(k), out_dir, hub=k == "huggingface_tokenizer"))
                  for k in ("vocab_file", "encoder_file", "huggingface_tokenizer")}
@@ -306,15 +314,37 @@ def open_dataset_tokenizer(out_dir: str, params: Optional[dict], **overrides: Op
     processor = ((params or {}).get("setup") or {}).get("dataset_processor") or ""
     summarization = (mode in ("Summarization", "Summarization_VSL")
                      or processor in ("SummarizationPreprocessor", "VSLSummarizationPreprocessor"))
+    settings = dict(eos_id=proc.get("eos_id"), pad_id=proc.get("pad_id"),
+                    sep_token=dataset.get("sep_token") if summarization else None,
+                    # As the job did: ChatML's markers are added where the vocabulary lacks them.
+                    extra_special_tokens=CHATML_TOKENS if proc.get("chat_template") == "chatml" else ())
+    what = f"custom_tokenizer {custom}" if custom else kind
     try:
-        tok_files = read_tokenizer_files(
-            kind, **files, eos_id=proc.get("eos_id"), pad_id=proc.get("pad_id"),
-            sep_token=dataset.get("sep_token") if summarization else None,
-            # As the job did: ChatML's markers are added where the vocabulary lacks them.
-            extra_special_tokens=CHATML_TOKENS if proc.get("chat_template") == "chatml" else ())
+        # The job's own arguments (pipelines/job_tokenizer.py): the class, or AutoTokenizer for a Hugging Face
+        # tokenizer, built with tokenizer_params, which may change its tokens (a pad token of its own).
+        tokenizer_params = _tokenizer_params(proc.get("tokenizer_params")) if not given else {}
+        if custom:
+            tok_files = custom_tokenizer_files(custom, tokenizer_params, **settings)
+        elif tokenizer_params and files["huggingface_tokenizer"]:
+            tok_files = autotokenizer_files(files["huggingface_tokenizer"], tokenizer_params, **settings)
+        else:
+            tok_files = read_tokenizer_files(kind, **files, **settings)
         tok = build_tokenizer(tok_files)
     except Exception as e:  # noqa: BLE001 - any failure only means "no tokenizer"; the reason is reported
-        return None, f"cannot rebuild the tokenizer ({kind}): {e}"
+        return None, f"cannot rebuild the tokenizer ({what}): {e}"
     where = ", ".join(f"{k}={v}" for k, v in files.items() if v)
-    return tok, f"{kind} from {where}"
+    if custom:
+        return tok, f"{what} built with tokenizer_params {sorted(tokenizer_params)}"
+    return tok, f"{kind} from {where}" + (f" with tokenizer_params {sorted(tokenizer_params)}" if tokenizer_params
+                                          else "")
 
+
+def _tokenizer_params(value: Any) -> dict:
+    """processing.tokenizer_params as recorded: a mapping setting is kept as JSON text (a 2.10 tool may have
+    written the mapping itself)."""
+    if not value:
+        return {}
+    params = json.loads(value) if isinstance(value, str) else value
+    if not isinstance(params, dict):
+        raise ValueError(f"tokenizer_params is {value!r}, not a mapping")
+    return params

@@ -107,6 +107,13 @@ class _Reporting:
         self._pending = (len(conversations), sum(encoded), self._row * len(encoded) or sum(encoded))
         return out
 
+    def tokenize_many(self, conversations):
+        self.flush()
+        out = self._encoder.tokenize_many(conversations)
+        encoded = [len(x.ids) for x in out if hasattr(x, "ids")]
+        self._pending = (len(conversations), sum(encoded), self._row * len(encoded) or sum(encoded))
+        return out
+
     def tokenize(self, messages, **kwargs):
         self.flush()
         out = self._encoder.tokenize(messages, **kwargs)

@@ -170,20 +170,22 @@ def _conversations(docs, encoder, cfg: ChatConfig, counts: Counter):
 
 def _hooked(docs, encoder, cfg: ChatConfig, counts: Counter):
     """As _conversations, for records that are a read hook's regions: each region's text normalized, as 2.10
-    cleans each part, then encoded (chat.hooked)."""
-    from transforms.core.chat.hooked import encode_regions, regions_from_value
+    cleans each part, then encoded (chat.hooked) in the same slices as conversations, one `encode_batch` each."""
+    from transforms.core.chat.hooked import encode_regions_many, regions_from_value
 
+    records = []
     for d in docs:
         regions = regions_from_value(d.values[0])
         texts = _normalized([{"content": r.text} for r in regions], cfg.normalize, counts)
-        regions = [dataclasses.replace(r, text=t["content"]) for r, t in zip(regions, texts)]
-        try:
-            encoded = encode_regions(encoder, regions, bos_id=cfg.bos_id, eos_id=cfg.eos_id,
-                                     attention=cfg.key_padding_mask)
-        except ChatError as e:
-            yield None, e.reason
-            continue
-        yield _fit(encoded, cfg)
+        records.append([dataclasses.replace(r, text=t["content"]) for r, t in zip(regions, texts)])
+    start, size = 0, 0
+    for i, regions in enumerate(records):
+        size += sum(len(r.text) for r in regions)
+        if size >= ENCODE_SLICE_CHARS or i == len(records) - 1:
+            for encoded in encode_regions_many(encoder, records[start:i + 1], bos_id=cfg.bos_id, eos_id=cfg.eos_id,
+                                               attention=cfg.key_padding_mask):
+                yield _fit(encoded, cfg)
+            start, size = i + 1, 0
 
 
 def _fit(encoded, cfg: ChatConfig) -> tuple[Optional[EncodedChat], Optional[str]]:

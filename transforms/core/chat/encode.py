@@ -15,11 +15,14 @@ readers hand a ConversationKey on), which the template receives as `tools`.
 **Tool calls.** An assistant message's tool calls are trained like its
 content: its turn runs from its content (or, without content, from the end
 of the generation prompt before it) to the end of the conversation rendered
-up to and including it, which must begin the whole rendering
-(ChatError("tool_call_not_located") otherwise). Tool results (role tool) are
-never trained. A template that does not write a record's tool calls or
-tools is ChatError("tools_not_rendered"): the record is refused, never
-trained without them.
+up to and including it, which must begin the whole rendering. A template
+may write more when the turn ends the conversation (Qwen3: an empty think
+block before the call); then the turn as written last, less that one piece,
+must begin the rest of the whole rendering, and the turn runs to its end
+there (ChatError("tool_call_not_located") otherwise). Tool results (role
+tool) are never trained. A template that does not write a record's tool
+calls or tools is ChatError("tools_not_rendered"): the record is refused,
+never trained without them.
 
 **Ids.** The text is `ChatRenderer.render(messages)` (transformers' text) and
 its ids are that text tokenized with `add_special_tokens=False`: no BOS unless
@@ -334,25 +337,38 @@ class ChatEncoder:
 
     def encode_many(self, conversations: Sequence, *, train_on_all_assistant_turns: bool = True) -> list:
         """`encode` of each conversation (a Conversation or a list of messages), or the ChatError it raises, in
-        order; the texts are tokenized in one `encode_batch` call, which runs on every core the process may use
-        (the tokenizer's own threads)."""
+        order; the texts are tokenized in one `encode_batch` call (`tokenize_many`)."""
         conversations = [_conversation(c, None) for c in conversations]
+        out: list = []
+        for conversation, tok in zip(conversations, self.tokenize_many(conversations)):
+            if isinstance(tok, ChatError):
+                out.append(tok)
+                continue
+            try:
+                out.append(self._encoded(conversation.messages, tok, train_on_all_assistant_turns))
+            except ChatError as e:
+                out.append(e)
+        return out
+
+    def tokenize_many(self, conversations: Sequence) -> list:
+        """`tokenize` of each conversation (a Conversation or a list of messages), or the ChatError it raises, in
+        order; the texts are tokenized in one `encode_batch` call, which runs on every core the process may use
+        (the tokenizer's own threads), where a `tokenize` per conversation would use one."""
         rendered: list = []
         for conversation in conversations:
             try:
-                rendered.append(self._render(conversation, False))
+                rendered.append(self._render(_conversation(conversation, None), False))
             except ChatError as e:
                 rendered.append(e)
         texts = [r[0].text for r in rendered if not isinstance(r, ChatError)]
         encodings = iter(self.backend.encode_batch(texts, add_special_tokens=False))
         out: list = []
-        for conversation, r in zip(conversations, rendered):
+        for r in rendered:
             if isinstance(r, ChatError):
                 out.append(r)
                 continue
             try:
-                out.append(self._encoded(conversation.messages, self._tokenized(*r, next(encodings)),
-                                         train_on_all_assistant_turns))
+                out.append(self._tokenized(*r, next(encodings)))
             except ChatError as e:
                 out.append(e)
         return out
@@ -374,8 +390,9 @@ class ChatEncoder:
 
         From the end of the conversation before it rendered with the generation prompt to the end of the
         conversation rendered up to and including it, when both begin the whole text. Tool calls must be located
-        (ChatError otherwise); reasoning need not: a template that writes it only for the last turn (Qwen3)
-        leaves earlier turns' reasoning out of the text, and there is nothing of it to train.
+        (ChatError otherwise), if need be by `_turn_end_in` (a template that writes more when the turn is the
+        last); reasoning need not: a template that writes it only for the last turn (Qwen3) leaves earlier
+        turns' reasoning out of the text, and there is nothing of it to train.
         """
         outputs: list = [None] * len(conversation.messages)
         messages, tools = conversation.messages, conversation.tools
@@ -388,8 +405,15 @@ class ChatEncoder:
             if text.startswith(upto) and upto.startswith(before):
                 outputs[i] = (len(before), len(upto))
             elif calls:
-                raise ChatError("tool_call_not_located", f"message {i} (assistant): the conversation rendered up "
-                                                         "to its tool calls does not begin the whole rendering")
+                end = _turn_end_in(upto[len(before):], text, len(before)) \
+                    if upto.startswith(before) and text.startswith(before) else None
+                names = tool_call_names(m)
+                if end is None or not all(name in text[len(before):end] for name in names):
+                    raise ChatError("tool_call_not_located", f"message {i} (assistant): the conversation rendered "
+                                                             "up to its tool calls does not begin the whole "
+                                                             "rendering, not even without one piece the template "
+                                                             "writes only when the turn is the last")
+                outputs[i] = (len(before), end)
         return tuple(outputs)
 
     def _encoded(self, messages, tok: TokenizedChat, train_on_all_assistant_turns: bool) -> EncodedChat:
@@ -600,6 +624,27 @@ class ChatEncoder:
             t1 = total if tb >= size else int(np.searchsorted(starts, tb, "left"))
             turns.append(Turn(m["role"], (a, b), (lo, hi), (t0, max(t0, t1))))
         return tuple(turns)
+
+
+def _turn_end_in(last: str, text: str, at: int) -> Optional[int]:
+    """Where in `text` a turn that starts at `at` ends, given `last`, the turn as the template writes it when it
+    ends the conversation, which holds one more piece than the same turn followed by more turns: `last` less
+    that piece (and not less its end) must begin `text[at:]`. The shortest such piece; None when there is none.
+
+    Qwen3 writes an empty think block before a tool call only when the call ends the conversation:
+
+    >>> _turn_end_in("<think></think><call>f</call>E", "<call>f</call>E<user>", 0)  # the turn: text[:15]
+    15
+    """
+    same = 0  # the common start: the piece begins after it
+    while same < len(last) and at + same < len(text) and last[same] == text[at + same]:
+        same += 1
+    if same == len(last):
+        return at + same  # nothing more (the caller has seen it begin the text already)
+    for rest in range(same + 1, len(last)):  # the piece is last[same:rest], what follows it must follow `same`
+        if last[rest] == text[at + same:at + same + 1] and text.startswith(last[rest:], at + same):
+            return at + same + len(last) - rest
+    return None
 
 
 # A message's reasoning, as transformers' templates read it (template.py hands every alias on).

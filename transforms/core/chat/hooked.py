@@ -40,11 +40,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from transforms.core.chat.encode import ChatEncoder, EncodedChat, Turn
+from transforms.core.chat.encode import ChatEncoder, EncodedChat, TokenizedChat, Turn
 from transforms.core.chat.template import ChatError
 from transforms.core.regions import Region, conversation, is_chat, region_token_weights
 
-__all__ = ["encode_regions", "regions_from_value", "regions_value"]
+__all__ = ["encode_regions", "encode_regions_many", "regions_from_value", "regions_value"]
 
 # Where text regions go when a turn's role matters (truncation cuts user turns before assistant turns).
 _TEXT_ROLES = {"completion": "assistant", "prompt": "user", "context": "user", "text": "user"}
@@ -66,6 +66,39 @@ def encode_regions(encoder: ChatEncoder, regions: Sequence[Region], *, bos_id: O
 
     `attention`: the rows have a key_padding_mask feature, so masked regions are written (EncodedChat.attend:
     a token is not attended when it overlaps a region whose attention is masked); else they are refused."""
+    [encoded] = encode_regions_many(encoder, [regions], bos_id=bos_id, eos_id=eos_id, attention=attention)
+    if isinstance(encoded, ChatError):
+        raise encoded
+    return encoded
+
+
+def encode_regions_many(encoder: ChatEncoder, records: Sequence[Sequence[Region]], *, bos_id: Optional[int],
+                        eos_id: int, attention: bool = False) -> list:
+    """`encode_regions` of each record, or the ChatError it raises, in order: the same tokens, encoded in batches
+    as the Chat modes encode messages (the chat records' renderings in one `encode_batch`, `tokenize_many`; the
+    text records' regions in another), so every core the tokenizer may use works on them."""
+    out: list = [None] * len(records)
+    chats: list[int] = []
+    texts: list[int] = []
+    for k, regions in enumerate(records):
+        try:
+            _check(regions, attention)
+        except ChatError as e:
+            out[k] = e
+            continue
+        (chats if is_chat(regions) else texts).append(k)
+    conversations = [conversation(records[k]) for k in chats]
+    for k, (messages, part_spans), tok in zip(chats, conversations,
+                                              encoder.tokenize_many([m for m, _ in conversations])):
+        out[k] = tok if isinstance(tok, ChatError) else _chat(encoder, records[k], messages, part_spans, tok)
+    encodings = iter(encoder.backend.encode_batch([r.text for k in texts for r in records[k]],
+                                                  add_special_tokens=False))
+    for k in texts:
+        out[k] = _text([next(encodings) for _ in records[k]], records[k], bos_id, eos_id)
+    return out
+
+
+def _check(regions: Sequence[Region], attention: bool) -> None:
     for r in regions:
         if not r.attend and not attention:
             raise ChatError("attention_mask_not_written",
@@ -76,14 +109,11 @@ def encode_regions(encoder: ChatEncoder, regions: Sequence[Region], *, bos_id: O
                             "rows' loss mask holds 0 or 1")
     if not any(r.loss_weight for r in regions):
         raise ChatError("no_assistant_turn", "no region has a loss weight: nothing to train")
-    if is_chat(regions):
-        return _chat(encoder, regions)
-    return _text(encoder, regions, bos_id, eos_id)
 
 
-def _chat(encoder: ChatEncoder, regions: Sequence[Region]) -> EncodedChat:
-    messages, part_spans = conversation(regions)
-    tok = encoder.tokenize(messages)
+def _chat(encoder: ChatEncoder, regions: Sequence[Region], messages: list, part_spans: list,
+          tok: TokenizedChat) -> EncodedChat:
+    """Chat regions, their messages (`regions.conversation`) rendered and tokenized -> EncodedChat."""
     text, size = tok.text, len(tok.text)
     order = sorted(range(len(messages)), key=lambda i: tok.spans[i])
     spans: list[tuple[int, int, int]] = []
@@ -129,8 +159,8 @@ def _in_order(spans: list) -> list:
     return [s for s in spans if not s[2]] + [s for s in spans if s[2]]
 
 
-def _text(encoder: ChatEncoder, regions: Sequence[Region], bos_id: Optional[int], eos_id: int) -> EncodedChat:
-    encodings = encoder.backend.encode_batch([r.text for r in regions], add_special_tokens=False)
+def _text(encodings: list, regions: Sequence[Region], bos_id: Optional[int], eos_id: int) -> EncodedChat:
+    """Text regions, each encoded on its own (`encodings`, one per region) -> EncodedChat."""
     ids: list[np.ndarray] = [np.array([bos_id], np.int32)] if bos_id is not None else []
     trained: list[np.ndarray] = [np.zeros(1, bool)] if bos_id is not None else []
     offsets: list[np.ndarray] = [np.zeros((1, 2), np.int64)] if bos_id is not None else []
