@@ -58,25 +58,32 @@ def _decompress(corpus: Path, out_dir: Path) -> Path:
     return out_dir
 
 
-def _truth(input_dir: Path) -> int:
-    from pipelines.config import load_config
-    from pipelines.plan import plan_job
-    from pipelines.estimate import _Tokens
+def _document_batches(plan):
+    """(file, a batch of up to 1024 of its documents as read), every document of the job's input once."""
     from transforms.core.records import Document
     from transforms.io.readers import read_records
 
-    config, _ = load_config(["LMData", "--input_dir", str(input_dir), *TOKENIZER])
-    plan = plan_job(config)
-    tokens = _Tokens(plan)
-    total = 0
     for f in plan.files:
         batch = []
         for record in read_records(f.path, plan.keys):
             if isinstance(record, Document):
                 batch.append(record)
                 if len(batch) == 1024:
-                    total += sum(tokens(batch))
+                    yield f, batch
                     batch = []
+        yield f, batch
+
+
+def _truth(input_dir: Path) -> int:
+    from pipelines.config import load_config
+    from pipelines.plan import plan_job
+    from pipelines.estimate import _Tokens
+
+    config, _ = load_config(["LMData", "--input_dir", str(input_dir), *TOKENIZER])
+    plan = plan_job(config)
+    tokens = _Tokens(plan)
+    total = 0
+    for _, batch in _document_batches(plan):
         total += sum(tokens(batch))
     return total
 
@@ -178,8 +185,6 @@ def _split_seed_calibration(argv: list[str], work: Path, trials: int, sample: st
     from pipelines.config import load_config
     from pipelines.estimate import _Tokens, estimate
     from pipelines.plan import plan_job
-    from transforms.core.records import Document
-    from transforms.io.readers import read_records
 
     config, _ = load_config([*argv, "--output_dir", str(work / "never")])
     plan = plan_job(config)
@@ -187,24 +192,14 @@ def _split_seed_calibration(argv: list[str], work: Path, trials: int, sample: st
     truth = [{} for _ in range(trials)]
     tokens = _Tokens(plan)
 
-    def add(batch: list, relpath: str) -> None:
+    for f, batch in _document_batches(plan):
         lengths, values = tokens.count(batch)
         for seed, split in enumerate(splits):
-            subset = split.subset_index(relpath)
+            subset = split.subset_index(f.relpath)
             for t, v in zip(lengths, values):
                 path = split.outputs[split.route(subset, v)].path
                 truth[seed][f"{path} documents"] = truth[seed].get(f"{path} documents", 0) + 1
                 truth[seed][f"{path} tokens"] = truth[seed].get(f"{path} tokens", 0) + t
-
-    for f in plan.files:
-        batch = []
-        for record in read_records(f.path, plan.keys):
-            if isinstance(record, Document):
-                batch.append(record)
-                if len(batch) == 1024:
-                    add(batch, f.relpath)
-                    batch = []
-        add(batch, f.relpath)
     hits: dict = {}
     for seed in range(trials):
         config, _ = load_config([*argv, "--output_dir", str(work / "never"), "--split_seed", str(seed)])
