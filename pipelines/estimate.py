@@ -205,7 +205,6 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     sample_tokens = 0  # what the job on the sample tokenizes
     sample_by_source = [0] * n_sources  # of which each mixture source's
     count = _Counter(record_check(plan), _Tokens(plan), plan.splits)
-    cpu_started = time.process_time()
     with tempfile.TemporaryDirectory(prefix="create_hdf5_dataset_estimate_") as work:
         sample_dir = os.path.join(work, "in")
         for f, size, source in zip(plan.files, sizes, sources):
@@ -227,7 +226,6 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
             strata["kept"][source].append(kept)
             sample_tokens += in_job
             sample_by_source[source] += in_job
-        sampled_cpu = time.process_time() - cpu_started
         documents = combine(s for per in strata["documents"] for s in per)
         tokens = combine(s for per in strata["tokens"] for s in per)
         if not job:
@@ -241,6 +239,11 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
             if mixed.shortfall > 0.025:
                 notes.append(f"the mixture cannot be made in {mixed.shortfall:.0%} of the availabilities the sample "
                              "allows: a source may not hold its budget or share within max_repeats")
+        # A job pays a price of its own whatever its size (the graph, the runner, each stage's first use of the
+        # tokenizer and the codec): a job on one sampled record pays it first, so that the sample job's costs
+        # are its data's alone, scaled, and that price is counted once.
+        fixed_params, fixed_cpu, _, _ = _sample_job(config, _one_record(sample_dir, os.path.join(work, "one")),
+                                                    os.path.join(work, "one_out"))
         job_params, job_cpu, disk, chunk_sizes = _sample_job(config, sample_dir, os.path.join(work, "out"), budgets)
     post = job_params["post-process"] if "post-process" in job_params else _summed_outputs(job_params)
     # The output's tokens and what they hold per token, on the sample: a mixture's sample job takes each source
@@ -284,8 +287,13 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     # This machine: the start-up, plus the sample job's stage seconds scaled to the whole (on the bench corpora a
     # job's data phase lasts about as long as its stages' seconds add up to).
     share = sample_tokens / tokens.value if tokens.value else 1.0
-    seconds = startup + sum(job_params.get("run", {}).get("stage_seconds", {}).values()) / max(share, 1e-12)
-    vcpu = scaled(tokens, (sampled_cpu + job_cpu) / sample_tokens / 3600 if sample_tokens else 0.0)
+    fixed_stages = sum(fixed_params.get("run", {}).get("stage_seconds", {}).values())
+    seconds = startup + fixed_stages + sum(job_params.get("run", {}).get("stage_seconds", {}).values()) / max(share,
+                                                                                                           1e-12)
+    # The job's CPU: its fixed price once, and the sample job's beyond that price per token (the estimate's own
+    # tokenizing of the draws is not the job's work: the sample job tokenizes its share again).
+    per_token_cpu = max(job_cpu - fixed_cpu, 0.0) / sample_tokens if sample_tokens else 0.0
+    vcpu = Interval((fixed_cpu + per_token_cpu * tokens.value) / 3600, per_token_cpu * tokens.half_width / 3600)
     per_source, mixture_total = {}, None
     if plan.mixture:
         per_source = {s.name: combine(strata["tokens"][k]) for k, s in enumerate(plan.mixture.sources)}
@@ -472,6 +480,22 @@ def _groups(plan, sizes: list, mixed: Optional[MixturePrediction]) -> int:
         per_source = [p.target.value / p.available.value if p.available.value else 0.0 for p in mixed.sources]
         copies = [per_source[s] for s in plan.mixture_sources]
     return sum(math.ceil(max(size, 1) / plan.group_bytes) * max(1, math.ceil(c)) for size, c in zip(sizes, copies))
+
+
+def _one_record(sample_dir: str, target: str) -> str:
+    """A directory holding the first record of the sample (the first line of its first file), for a job of one
+    record: what any job costs beyond its data."""
+    for root, _, names in sorted(os.walk(sample_dir)):
+        for name in sorted(names):
+            with open(os.path.join(root, name), "rb") as f:
+                line = f.readline()
+            if line.strip():
+                os.makedirs(target, exist_ok=True)
+                path = os.path.join(target, "one" + os.path.splitext(name)[1])
+                with open(path, "wb") as out:
+                    out.write(line.rstrip(b"\n") + b"\n")
+                return target
+    raise RuntimeError(f"estimate: the sample in {sample_dir} holds no record")
 
 
 def _sample_budgets(spec, mixed: MixturePrediction, sample_tokens: list) -> list:
