@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import yaml
 
-from transforms.core.records import ConversationKey, JsonKey
+from transforms.core.records import ConversationKey, HookColumn, JsonKey
 from transforms.core.mixture import parse_mixture
 from transforms.core.splits import check_name, parse_context_splits, parse_data_splits
 
@@ -87,9 +87,12 @@ class Config:
     def keys_tuple(self) -> tuple[str, ...]:
         """Record keys to read, in the order the mode consumes them."""
         if self.region_hook:  # the hook's `*_key` columns, each as its JSON value (the hook sees the values)
-            from transforms.core.hooks210 import hook_columns
+            from transforms.core.hooks210 import BUILTIN_HOOKS, hook_columns
 
-            return tuple(JsonKey(c) for c in hook_columns(self.hook_kwargs))
+            # A hook of the user's own is given None for a column the record lacks or holds null in, as 2.10
+            # gives it; a built-in hook's columns must be there (hook_columns).
+            key = JsonKey if str(self.read_hook).strip() in BUILTIN_HOOKS else HookColumn
+            return tuple(key(c) for c in hook_columns(self.hook_kwargs))
         if self.mode in SUMMARIZATION_MODES:
             return (self.prompt_key, self.completion_key)
         if self.mode in CONVERSATION_MODES:

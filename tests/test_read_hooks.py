@@ -551,3 +551,115 @@ def test_dpo_read_hook_with_its_own_marker(tmp_path):
     assert len(rows) == 4
     text = _tokenizer().decode([int(x) for x in rows[1][0] if x != 151643], skip_special_tokens=False)
     assert "<|im_start|>user\nQ1: what is 1?\nBOT:<|im_end|>\n<|im_start|>assistant\nIt is 1.<|im_end|>" in text
+
+
+# ---------------------------------------------------------------- a user's hook with chat_read_hook's kwargs
+
+
+# A hook of the user's own taking chat_read_hook's kwargs: multi_turn_key names the record's column, the role and
+# content kwargs name keys inside each message (2.10's hooks.py reads them with turn.get). 2.10 hands the hook every
+# `*_key` kwarg's value as a column, None where the record lacks it: the hook checks that it is given exactly that.
+OWN_CHAT_HOOK = '''
+def my_chat_hook(example, **kw):
+    assert set(example) == {kw["multi_turn_key"], kw["multi_turn_role_key"], kw["multi_turn_content_key"]}
+    assert example[kw["multi_turn_role_key"]] is None and example[kw["multi_turn_content_key"]] is None
+    messages = example[kw["multi_turn_key"]]
+    if messages is None:
+        raise LookupError(kw["multi_turn_key"] + " is None")
+    return [{"type": m[kw["multi_turn_role_key"]], "content": [{"text": m[kw["multi_turn_content_key"]].strip()}]}
+            for m in messages]
+'''
+CHAT_KWARGS = "{multi_turn_key: messages, multi_turn_role_key: role, multi_turn_content_key: content}"
+CHATS = [
+    {"messages": [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "Four."}]},
+    {"messages": [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Capital of France?"},
+                  {"role": "assistant", "content": " Paris. "}, {"role": "user", "content": "And of Italy?"},
+                  {"role": "assistant", "content": "Rome."}]},
+    {"id": 3, "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]},
+]
+
+
+def _chat_job(tmp: Path, hook: str, records: list) -> Path:
+    (tmp / "in").mkdir(parents=True)
+    (tmp / "in" / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    config = _config(tmp, hook, input_dir=tmp / "in")
+    config.write_text(config.read_text().replace("{question_key: q, answer_key: a}", CHAT_KWARGS))
+    assert _run(config) == 0
+    return tmp / "out"
+
+
+def test_own_hook_with_chat_kwargs_reads_keys_inside_messages_as_2_10(tmp_path):
+    """multi_turn_role_key / multi_turn_content_key name keys inside the messages, not columns: a hook of the
+    user's own given them uses every record (none was a missing_key dead letter), and its rows equal
+    chat_read_hook's on the same records."""
+    require_shared(QWEN)
+    (tmp_path / "hooks.py").write_text(OWN_CHAT_HOOK)
+    own = _chat_job(tmp_path / "own", f"{tmp_path / 'hooks.py'}:my_chat_hook", CHATS)
+    builtin = _chat_job(tmp_path / "builtin", "chat_read_hook", CHATS)
+    params = json.loads((own / "data_params.json").read_text())
+    assert params["input"]["used"] == len(CHATS) and not params["input"].get("bad_by_reason")
+    assert _dead_letters(own) == []
+    rows = read_rows(own)
+    assert len(rows) == len(CHATS)
+    np.testing.assert_array_equal(rows, read_rows(builtin))
+
+
+def test_own_hook_is_given_none_for_a_column_the_record_lacks(tmp_path):
+    """As hook_columns says: a record lacking the multi_turn_key column, or holding null in it, reaches the hook
+    with None there (here the hook raises on it: hook_raised); a record with none of the hook's columns is a
+    missing_key dead letter. The other records are used."""
+    require_shared(QWEN)
+    (tmp_path / "hooks.py").write_text(OWN_CHAT_HOOK)
+    records = [CHATS[0], {"conversation": CHATS[0]["messages"]}, {"messages": None}, CHATS[1]]
+    out = _chat_job(tmp_path, f"{tmp_path / 'hooks.py'}:my_chat_hook", records)
+    letters = _dead_letters(out)
+    assert [(d["line"], d["reason"]) for d in letters] == [(2, "missing_key"), (3, "hook_raised")]
+    assert letters[0]["detail"].startswith("none of the read hook's columns [")
+    assert all(f"'{c}'" in letters[0]["detail"] for c in ("messages", "role", "content"))
+    assert letters[1]["detail"] == "my_chat_hook raised LookupError: messages is None"
+    params = json.loads((out / "data_params.json").read_text())
+    assert params["input"]["used"] == 2
+    assert params["input"]["bad_by_reason"] == {"missing_key": 1, "hook_raised": 1}
+
+
+def test_own_hooks_columns_may_be_missing_builtin_hooks_columns_may_not(tmp_path):
+    """The reader's side: a user's hook's columns (HookColumn) read as JSON null where a record lacks them or holds
+    null, in .jsonl and .parquet alike; a record (a parquet file) with none of them is missing_key. The columns of
+    a built-in hook run on its regions are JsonKeys, needed as before."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines.config import load_config
+    from transforms.core.records import BadRecord, HookColumn, JsonKey
+    from transforms.io.readers import parquet_shape, read_records
+
+    def values(path, keys):
+        return [(r.reason, r.line) if type(r) is BadRecord else r.values for r in read_records(str(path), keys)]
+
+    keys = tuple(HookColumn(k) for k in ("messages", "role", "content"))
+    messages = CHATS[0]["messages"]
+    text = json.dumps(messages)
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"messages": messages}, {"messages": None, "content": "c"}, {"other": 1}, {"messages": messages, "role": 7}]))
+    assert values(path, keys) == [(text, "null", "null"), ("null", "null", '"c"'), ("missing_key", 3),
+                                  (text, "7", "null")]
+    assert values(path, tuple(map(JsonKey, ("messages", "role", "content"))))[0] == ("missing_key", 1)
+    table = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"messages": [messages, None]}), table)
+    assert values(table, keys) == [(text, "null", "null"), ("null", "null", "null")]
+    assert parquet_shape(str(table), keys)[0] == 2  # planned by rows, as any parquet file
+    assert parquet_shape(str(table), tuple(map(JsonKey, keys))) is None
+    pq.write_table(pa.table({"other": [1]}), tmp_path / "b.parquet")
+    [bad] = read_records(str(tmp_path / "b.parquet"), keys)
+    assert type(bad) is BadRecord and bad.reason == "missing_key" and bad.line is None
+
+    (tmp_path / "hooks.py").write_text(OWN_CHAT_HOOK)
+    for hook, kind in ((f"{tmp_path / 'hooks.py'}:my_chat_hook", HookColumn),
+                       ("prompt_completion_chat_read_hook", JsonKey)):
+        (tmp_path / kind.__name__).mkdir()
+        config = _config(tmp_path / kind.__name__, hook, input_dir=tmp_path)
+        config.write_text(config.read_text().replace("{question_key: q, answer_key: a}", CHAT_KWARGS if
+                                                     kind is HookColumn else "{prompt_key: q, completion_key: a}"))
+        got = load_config(["--config", str(config)])[0].keys_tuple
+        assert [type(k) for k in got] == [kind] * len(got), hook

@@ -4,7 +4,8 @@ A 2.10 config names its read hook as
 `cerebras.modelzoo.data_preparation.data_preprocessing.hooks:chat_read_hook`
 (or a hook of its own) and gives it `read_hook_kwargs`; 2.10 calls
 `hook(example, **read_hook_kwargs)` on each record, where `example` holds the
-record's columns named by the kwargs ending in `_key` (`hook_columns`). These
+record's columns named by the kwargs ending in `_key`, None for one the
+record lacks (`hook_columns`). These
 functions take the same names and kwargs, so a 2.10 config runs here
 unchanged and without Model Zoo installed (`BUILTIN_HOOKS`). What they
 return is checked and flattened by transforms.core.regions.
@@ -270,12 +271,28 @@ BUILTIN_HOOKS: Mapping[str, Callable] = _builtin_table()
 
 
 def hook_columns(kwargs: Mapping[str, Any]) -> tuple[str, ...]:
-    """The record columns a hook reads: the values of the kwargs whose names end in `_key` (2.10's rule), in
-    the kwargs' order, without None and repeats.
+    """The record columns a hook reads: the values of the kwargs whose names end in `_key` (2.10's rule,
+    data_preprocessor.py's `data_keys`), in the kwargs' order, without None and repeats.
 
-    As in 2.10 this includes chat_read_hook's multi_turn_role_key and
-    multi_turn_content_key, which name keys inside the messages: a column
-    the record does not have reads as None.
+    As in 2.10 this includes kwargs that name keys inside the messages, not
+    columns of the record: chat_read_hook's multi_turn_role_key and
+    multi_turn_content_key (2.10's hooks.py reads them with `turn.get(...)`,
+    only `multi_turn_key` with `example.get(...)`). 2.10's reader gives the
+    hook `{k: x.get(k, None) for k in data_keys}` (data_reader.py), so what
+    a record lacks reaches the hook as None. How the job reads these columns
+    (pipelines.config.Config.keys_tuple):
+
+    - a hook of the user's own (records.HookColumn): a column the record
+      lacks, or holds null in, reads as None, as in 2.10, so kwargs naming
+      keys inside the messages never refuse a record, and a column the
+      record really lacks (its `multi_turn_key`, say) is the hook's to
+      handle (a hook that raises on None makes a `hook_raised` dead letter).
+      A record holding none of the columns at all (a parquet file: having
+      none of them) is a `missing_key` dead letter: there is nothing for
+      the hook to read (2.10 would call it with every value None);
+    - a built-in hook run on its regions (prompt_completion_chat_read_hook,
+      dpo_read_hook with another assistant_role): its columns are the
+      record's, each needed (`missing_key` / `null_text` dead letters).
     """
     columns: list[str] = []
     for name, value in kwargs.items():

@@ -59,6 +59,20 @@ class JsonKey(str):
         return JsonKey, (str(self),)
 
 
+class HookColumn(JsonKey):
+    """A column a read hook of the user's own names (a kwarg ending in `_key`), read as a JsonKey except that a
+    record lacking it, or holding null there, gives None (the JSON text "null"): 2.10's reader hands a hook
+    `{k: x.get(k, None) for k in keys}` (data_reader.py, `load_supported_format`), so a hook's kwargs that name
+    keys inside its messages (multi_turn_role_key, ...) are no reason to refuse a record. A record holding none
+    of its hook's columns is still a MISSING_KEY bad record (a parquet file: when it has none of them); see
+    transforms.core.hooks210.hook_columns."""
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        return HookColumn, (str(self),)
+
+
 class ConversationKey(JsonKey):
     """A conversation's messages key, read together with the record's tool list when it has one.
 

@@ -225,7 +225,8 @@ OUTPUTS = (REGIONS, DOCUMENT, PREFERENCE)
 class ReadHookCheck:
     """The reader's check (transforms.io.readers `check`) for a job whose records go through a read hook.
 
-    Runs the hook on the record's `*_key` columns (their values as read, JSON-decoded) and checks what it
+    Runs the hook on the record's `*_key` columns (their values as read, JSON-decoded: None for a column a user's
+    hook names that the record lacks, records.HookColumn) and checks what it
     returns (transforms.core.regions); a good record's values become its regions (`Rewritten`), a bad one is a
     dead letter with its raw line: `hook_raised` with the exception, or the array's defect. It runs in the
     reader so that the hook runs once per record and a dead letter still has the record's raw bytes.

@@ -29,6 +29,7 @@ from transforms.core.records import (
     UNREADABLE_FILE,
     BadRecord,
     Document,
+    HookColumn,
     JsonKey,
     Rewritten,
     SkippedRecord,
@@ -195,9 +196,10 @@ def _raw_blocks(fh, size: int = _OUT_BLOCK) -> Iterator[bytes]:
 
 
 def _coerce(value, key: str) -> tuple[Optional[str], str]:
-    """(text, "") for a usable value, else (None, reason); a JsonKey's value becomes its JSON text."""
+    """(text, "") for a usable value, else (None, reason); a JsonKey's value becomes its JSON text (a HookColumn's
+    None too: "null", what the hook is given for a column the record lacks or holds null in)."""
     if value is None:
-        return None, NULL_TEXT
+        return ("null", "") if type(key) is HookColumn else (None, NULL_TEXT)
     if isinstance(key, JsonKey):
         try:
             return json.dumps(value, ensure_ascii=False), ""

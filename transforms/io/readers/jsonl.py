@@ -33,6 +33,7 @@ from transforms.core.records import (
     BadRecord,
     ConversationKey,
     Document,
+    HookColumn,
     Rewritten,
 )
 from transforms.io.readers.common import (
@@ -117,16 +118,23 @@ def _line_parser(
     single = keys[0] if len(keys) == 1 else None
     text_keys = all(type(k) is str for k in keys)  # else a JsonKey: values are read as JSON, never bare
     fast = _fast_json is not None and single is not None and text_keys
+    # A user's hook's columns: each may be missing (read as None), but not all of them.
+    optional = any(type(k) is HookColumn for k in keys)
 
     def bad(line: bytes, index: int, reason: str, detail: str) -> BadRecord:
         return BadRecord(source, index + 1, reason, line[:_RAW_CAP], member, detail[:_DETAIL_CAP])
 
     def from_object(obj: dict, line: bytes, index: int) -> Record:
+        if optional and not any(key in obj for key in keys):
+            return bad(line, index, MISSING_KEY, f"none of the read hook's columns {[str(k) for k in keys]} found")
         values = []
         for key in keys:
             value = obj.get(key, _MISSING)
             if value is _MISSING:
-                return bad(line, index, MISSING_KEY, f"key {key!r} not found")
+                if type(key) is HookColumn:  # None, as 2.10 gives the hook a column the record lacks
+                    value = None
+                else:
+                    return bad(line, index, MISSING_KEY, f"key {key!r} not found")
             if type(key) is ConversationKey and key.tools_key is not None and value is not None:
                 value = key.with_tools(value, obj.get(key.tools_key))
             text, reason = _coerce(value, key)

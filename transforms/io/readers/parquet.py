@@ -22,6 +22,7 @@ from transforms.core.records import (
     BadRecord,
     ConversationKey,
     Document,
+    HookColumn,
     Rewritten,
 )
 from transforms.io.readers.common import (
@@ -69,7 +70,8 @@ def parquet_shape(path: str, keys: tuple[str, ...]) -> Optional[tuple[int, int]]
             if top in wanted:
                 found.add(top)
                 data_bytes += column.total_uncompressed_size
-    if meta.num_row_groups and found != wanted:
+    needed = {k for k in wanted if type(k) is not HookColumn}  # a user's hook's columns may be missing, not all
+    if meta.num_row_groups and (not found or not needed <= found):
         return None
     if any(names.count(k) > 1 for k in wanted):
         return None  # two columns of one name: as for a missing one
@@ -86,7 +88,8 @@ def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int,
         yield _unreadable(source, f"not a readable parquet file: {_short(e)}")
         return
     missing = [k for k in keys if k not in names]
-    if missing:
+    if missing and (any(type(k) is not HookColumn for k in missing) or len(missing) == len(keys)):
+        # A user's hook's column the file lacks reads as None on every row, unless the file has none of them.
         yield BadRecord(
             source, None, MISSING_KEY,
             detail=f"column(s) {missing} not in parquet file (has {sorted(set(names))})"[:_DETAIL_CAP],
@@ -100,7 +103,7 @@ def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int,
     start, stop = rows if rows is not None else (0, sum(group_rows))
     # A conversation's tools column, read with it when the file has one.
     tools = {k: k.tools_key for k in keys if type(k) is ConversationKey and k.tools_key in names}
-    columns = list(dict.fromkeys([*keys, *tools.values()]))
+    columns = list(dict.fromkeys([*(k for k in keys if k not in missing), *tools.values()]))
     first_row = 0
     for group, num_rows in enumerate(group_rows):
         lo, hi = max(first_row, start), min(first_row + num_rows, stop)
@@ -117,7 +120,8 @@ def _read_parquet(fh, source: str, keys: tuple[str, ...], cap: int,
             else:
                 for a in range(lo, hi, _PARQUET_SLICE_ROWS):
                     piece = table.slice(a - first_row, min(_PARQUET_SLICE_ROWS, hi - a))
-                    cols = [_column_values(piece.column(k)) for k in keys]
+                    cols = [[None] * piece.num_rows if k in missing else _column_values(piece.column(k))
+                            for k in keys]
                     for i, k in enumerate(keys):
                         if k in tools:
                             # A tools value that cannot be read makes the row bad, as its messages would.
