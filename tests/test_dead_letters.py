@@ -112,3 +112,40 @@ def test_a_dead_letter_is_one_line_for_every_line_splitter(tmp_path):
     text = path.read_text(encoding="utf-8")
     assert len(text.splitlines()) == 2 and text.count("\n") == 2
     assert [json.loads(line)["raw"] for line in text.splitlines()] == lines
+
+
+def test_records_moved_by_a_line_base_keep_their_line_breakers_escaped(tmp_path):
+    """A .jsonl read as several units: the sink rewrites each record of a later unit (its line number plus the
+    lines before the unit), and the rewritten line must escape U+0085, U+2028 and U+2029 as the part did. A
+    single-unit job (above) never rewrites a record, so it cannot tell."""
+    out = str(tmp_path / "out")
+    src = "/data/split.jsonl"
+    breakers = "a\u0085b\u2028c\u2029d"
+    refs = [
+        sink._write_part(DeadLetterPart(src, 0, 1, 0, [BadRecord(src, 2, "json_decode", f"one {breakers}".encode())],
+                                        True, 3), out),  # base 0: copied as written
+        sink._write_part(DeadLetterPart(src, 1, 2, 0, [BadRecord(src, 1, "json_decode", f"two {breakers}".encode()),
+                                                       BadRecord(src, None, "unreadable", breakers.encode())],
+                                        True, 4), out),
+        sink._write_part(DeadLetterPart(src, 2, 3, 0, [BadRecord(src, 4, "blank_line", f"{breakers} three".encode())],
+                                        True, 6), out),  # base 3 + 4 = 7
+    ]
+    assert sink._assemble((src, refs[::-1]), out) == 4
+    final = os.path.join(out, "dead_letter", sink.dead_letter_file_name(src))
+    with open(final, encoding="utf-8", newline="") as f:
+        text = f.read()
+    assert len(text.splitlines()) == 4 and text.count("\n") == 4  # one line per record, for every splitter
+    escaped = "a\\u0085b\\u2028c\\u2029d"
+
+    def line(number, reason, raw):
+        return (f'{{"detail": "", "line": {number}, "member": null, "raw": "{raw}", "raw_truncated": false, '
+                f'"reason": "{reason}", "source": "{src}"}}\n')
+
+    assert text.splitlines(keepends=True) == [
+        line(2, "json_decode", f"one {escaped}"),
+        line(4, "json_decode", f"two {escaped}"),  # 1 + 3 lines before its unit
+        line("null", "unreadable", escaped),
+        line(11, "blank_line", f"{escaped} three"),  # 4 + 3 + 4
+    ]
+    assert [json.loads(x)["raw"] for x in text.splitlines()] == [f"one {breakers}", f"two {breakers}", breakers,
+                                                                  f"{breakers} three"]

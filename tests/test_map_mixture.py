@@ -22,6 +22,7 @@ import os
 import pickle
 import shutil
 import tracemalloc
+import warnings
 from collections import Counter
 from itertools import islice
 from pathlib import Path
@@ -234,6 +235,108 @@ def test_the_epoch_is_cerebras_mixture_epoch():
     assert s.epoch_length == 777 and s.epoch_draws == (466, 311) and len(list(s)) == 777
 
 
+def test_a_weight_of_exactly_five_percent_does_not_lengthen_the_epoch():
+    """Cerebras covers weights *above* 5%: at exactly 5% (19 : 1, a common mixture) the large component goes
+    through its rows across epochs. Counting it as covered would make the epoch 199,991 draws instead of 105."""
+    s = MixtureSampler([100, 10000], [19, 1])
+    assert s.weights[1] / sum(s.weights) == COVER_SHARE  # exactly at the threshold, not a rounding away
+    assert s.epoch_length == 105 and s.epoch_draws == (100, 5)
+    got = list(s)
+    assert len(got) == 105
+    assert sorted(x for x in got if x < 100) == list(range(100))  # the covered component: every row once
+    assert [x for x in got if x >= 100] == [2842, 6975, 9634, 2309, 2726]  # 5 rows of the other, in order
+    # Just above the threshold (1 / 19 = 5.26%) it is covered: all its 10000 rows, and 179991 of the first's.
+    above = MixtureSampler([100, 10000], [18, 1])
+    assert above.epoch_length == 189991 and above.epoch_draws == (179991, 10000)
+    # With three components the one at exactly 5% is left out too, and the epoch is the 45% one's 100 rows.
+    three = MixtureSampler([100, 10000, 50], [9, 1, 10])
+    assert three.epoch_length == 222 and three.epoch_draws == (100, 11, 111)
+    # By tokens the 5% is of the weights as given (a token share), not of the sample shares (here 34%).
+    tokens = MixtureSampler([100, 10000], [19, 1], by="tokens", tokens_per_row=[10.0, 1.0])
+    assert tokens.probabilities[1] > 0.34
+    assert tokens.epoch_length == 152 and tokens.epoch_draws == (100, 52)
+    # No component above 5% (21 of 4.8% each): every one is covered, each row exactly once.
+    even = MixtureSampler([10] * 21, [1] * 21)
+    assert even.epoch_length == 210 and even.epoch_draws == (10,) * 21
+    assert sorted(even) == list(range(210))
+
+
+def test_epochs_at_their_limits():
+    """The shortest and the longest epochs: one row; no draw at all; 2**63 - 1 positions, the most a length holds;
+    one more refused, whether the doubling search or the bisection finds it."""
+    one = MixtureSampler((1,), (1,))
+    assert (one.epoch_length, one.epoch_draws, list(one)) == (1, (1,), [0])
+    none = MixtureSampler((10, 10), (1, 1), num_samples=0)
+    assert (none.epoch_length, none.epoch_draws, len(none), list(none)) == (0, (0, 0), 0, [])
+    assert MixtureSampler((2**62, 2**62 - 1), (1, 1)).epoch_length == 2**63 - 1
+    with pytest.raises(ValueError, match=r"^the mixture's epoch would exceed 2\*\*63 positions: give num_samples$"):
+        MixtureSampler((2**62 + 1, 2**62 - 2), (1, 1))  # 2**63 + 2 positions: doubling passes 2**64
+    with pytest.raises(ValueError, match=r"^the mixture's epoch would exceed 2\*\*63 - 1 positions: give "
+                                         r"num_samples$"):
+        MixtureSampler((3 * 2**61, 2**61 - 1), (3, 1))  # exactly 2**63 positions
+    with pytest.raises(ValueError, match=r"^num_samples must be in \[0, 2\*\*63 - 1\], got 9223372036854775808$"):
+        MixtureSampler((10, 10), (1, 1), num_samples=2**63)
+    with pytest.raises(ValueError, match=r"^the components hold 9223372036854775808 rows; at most 2\*\*63 - 1 can "
+                                         r"be indexed$"):
+        MixtureSampler((2**62, 2**62), (1, 1))
+
+
+def test_zero_weights_and_the_smallest_share():
+    """A component of weight 0 is never drawn, with rows or without, by samples or by tokens (whatever its tokens
+    per row); a share of exactly 2**-31 (one unit of the schedule) is drawn, once in 2**31 positions."""
+    s = MixtureSampler((10, 10, 10), (1, 0, 0))  # a subtree of the schedule with no share at all
+    assert s.epoch_draws == (10, 0, 0) and sorted(s) == list(range(10))
+    assert MixtureSampler((10, 0), (1, 0)).epoch_draws == (10, 0)
+    only = MixtureSampler((5, 7), (0, 1))  # one drawn component: the schedule is a single leaf
+    assert sorted(only) == list(range(5, 12)) and [only.component_at(p) for p in range(7)] == [1] * 7
+    tokens = MixtureSampler((10, 10), (1, 0), by="tokens", tokens_per_row=(5.0, 0.0))
+    assert tokens.probabilities == (1.0, 0.0) and tokens.epoch_draws == (10, 0)
+    assert sample_shares([1, 0], tokens_per_row=[1.0, 0.0]) == (1.0, 0.0)
+    tiny = MixtureSampler((10, 10), (2**31 - 1, 1), num_samples=2**31)
+    assert tiny.probabilities == (1 - 2**-31, 2**-31) and tiny.epoch_draws == (2**31 - 1, 1)
+
+
+def test_rows_are_exact_beyond_float_precision():
+    """Indices past 2**53 (a float's last exact integer) and slots near 2**62 are computed in integers: each slot's
+    component and draw number are exactly the schedule's counts, N_c(t + 1) - N_c(t) and N_c(t)."""
+    far = MixtureSampler((2**60, 10), (0, 1))
+    assert sorted(far) == [2**60 + r for r in range(10)]
+    s = MixtureSampler((10**6, 10**6, 10**6), (5, 3, 2), num_samples=2**62, seed=1)
+    slots = np.arange(2**62 - 300, 2**62, dtype=np.uint64)
+    comps, draws = s._tree.locate(slots)
+    for t, c, j in zip(slots.tolist(), comps.tolist(), draws.tolist()):
+        before, after = s._tree.counts(t), s._tree.counts(t + 1)
+        assert [b - a for a, b in zip(before, after)] == [int(k == c) for k in range(3)] and before[c] == j, t
+    assert s.draws_before(2**62) == (2305843009213693952, 1383505804669222912, 922337204544471040)
+    assert s.draws_before(2**62 - 1) == (2305843009213693951, 1383505804669222912, 922337204544471040)
+    # A component reached after one level of a deeper tree ([0] | [1, 2]): a position of component 0 alone.
+    three = MixtureSampler((10, 10, 10), (1, 1, 1), seed=2)
+    order = list(three)
+    assert [three.component_at(p) for p in range(30)] == [i // 10 for i in order]
+
+
+def test_the_last_partial_block_is_pinned():
+    """The epoch's last block, shorter than BLOCK, is shuffled by keys of its own: pinned, as the whole blocks are
+    (test_orders_are_pinned)."""
+    assert list(MixtureSampler((30, 20), (0.6, 0.4), seed=3)) == [
+        24, 47, 25, 20, 39, 3, 28, 6, 14, 48, 18, 0, 46, 42, 10, 38, 31, 44, 8, 2, 11, 35, 1, 30, 4, 49, 19, 33, 43,
+        34, 5, 22, 9, 12, 37, 15, 23, 45, 36, 13, 26, 32, 29, 40, 7, 21, 27, 16, 17, 41]
+    assert list(MixtureSampler((60, 40), (0.6, 0.4), seed=3))[64:] == [
+        18, 81, 39, 36, 11, 76, 45, 97, 80, 12, 85, 44, 82, 99, 19, 6, 75, 61, 77, 5, 2, 17, 52, 32, 4, 70, 46, 27,
+        28, 41, 53, 84, 98, 67, 49, 0]
+
+
+def test_no_overflow_warnings():
+    """The keys' arithmetic wraps on purpose: a training loop run with warnings as errors (python -W error) works
+    through blocks, a partial block and random access."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s = MixtureSampler((100, 37), (0.6, 0.4), seed=3)
+        assert s.epoch_length == 166 and len(list(s)) == 166
+        s.set_epoch(1)
+        assert s.index_at(165) == 132 and s.draws_before(165) == (100, 65)
+
+
 def test_each_component_cycles_through_its_rows_across_epochs():
     sizes, weights = (1000, 700, 300), (5, 3, 2)
     s = MixtureSampler(sizes, weights, seed=9)
@@ -322,6 +425,30 @@ def test_a_state_from_other_settings_is_refused():
         bad = dict(state, **{field: value})
         with pytest.raises(ValueError, match=field):
             MixtureSampler(**base).load_state_dict(bad)
+
+
+def test_a_state_holds_every_setting_by_name():
+    s = MixtureSampler((4639, 6002), (0.7, 0.3), by="tokens", tokens_per_row=(128.0, 77.8), seed=5, rank=1,
+                       world_size=2)
+    assert s.state_dict() == {"version": 1, "sizes": [4639, 6002], "weights": [0.7, 0.3], "by": "tokens",
+                              "tokens_per_row": [128.0, 77.8], "num_samples": None, "seed": 5, "rank": 1,
+                              "world_size": 2, "drop_last": True, "epoch": 0, "taken": 0}
+    for field, value in [("tokens_per_row", [128.0, 77.9]), ("rank", 0)]:
+        with pytest.raises(ValueError, match=rf"^sampler state has {field}=.*, this sampler has {field}="):
+            s.load_state_dict(dict(s.state_dict(), **{field: value}))
+    assert repr(s) == ("MixtureSampler(by='tokens', sizes=[4639, 6002], sample shares [0.5865, 0.4135], epoch of "
+                       "14514, rank 1 of 2)")
+    assert repr(MixtureSampler((10, 20), (3, 1))) == ("MixtureSampler(by='samples', sizes=[10, 20], sample shares "
+                                                      "[0.75, 0.25], epoch of 79, rank 0 of 1)")
+
+
+def test_ranks_drop_the_last_positions_by_default():
+    s = MixtureSampler((10, 7), (1, 1), world_size=3)  # an epoch of 19 positions
+    assert s.epoch_length == 19 and len(s) == 6 and len(list(s)) == 6
+    assert len(MixtureSampler((10, 7), (1, 1), world_size=3, rank=0, drop_last=False)) == 7
+    # More ranks than positions, keeping them all: ranks 0 and 1 take one each, ranks 2 and 3 none.
+    two = [MixtureSampler((1, 1), (1, 1), world_size=4, rank=r, drop_last=False) for r in range(4)]
+    assert [len(s) for s in two] == [1, 1, 0, 0] and sorted(i for s in two for i in s) == [0, 1]
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 8])
@@ -431,6 +558,58 @@ def test_a_bad_by_is_refused(outputs):
 def test_bad_sampler_arguments_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         MixtureSampler(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(sizes="ab", weights=(1,)), "sizes must be a sequence of ints, got 'ab'"),
+    (dict(sizes=5, weights=(1,)), "sizes must be a sequence of ints, got 5"),
+    (dict(sizes=(10,), weights="ab"), "weights must be a sequence of numbers, got 'ab'"),
+    (dict(sizes=(10,), weights=5), "weights must be a sequence of numbers, got 5"),
+    (dict(sizes=(10, 10), weights=(1, True)), r"weights\[1\] must be a number, got True"),
+    (dict(sizes=(), weights=()), "a mixture needs at least one component"),
+    (dict(sizes=(10,), weights=(1,), seed="x"), "seed must be an int, got 'x'"),
+    (dict(sizes=(10,), weights=(1,), rank="x"), "rank must be an int, got 'x'"),
+    (dict(sizes=(10,), weights=(1,), world_size="x"), "world_size must be an int, got 'x'"),
+    (dict(sizes=(10,), weights=(1,), world_size=0), "world_size must be >= 1, got 0"),
+    (dict(sizes=(10,), weights=(1,), num_samples="x"), "num_samples must be an int, got 'x'"),
+    (dict(sizes=(10, 10), weights=(1, 1), by="tokens", tokens_per_row=(1, "x")),
+     r"tokens_per_row\[1\] must be a number, got 'x'"),
+    (dict(sizes=(10, 10), weights=(1, 1), by="tokens", tokens_per_row=(1.0,)),
+     "tokens_per_row has 1 values for 2 components"),
+    (dict(sizes=(10, 10), weights=(1, 1), by="tokens", tokens_per_row=(5.0, 0.0)),
+     "component 1 has weight 1.0 but tokens_per_row 0.0: its rows carry no loss-valid tokens, so no number of them "
+     "reaches a share of the tokens"),
+    (dict(sizes=(10, 10), weights=(1, 1), by="tokens"),
+     "by='tokens' needs tokens_per_row: each component's mean loss-valid tokens per row"),
+    (dict(sizes=(10, 10), weights=(1, 1), tokens_per_row=(5.0, 1.0)), "tokens_per_row is used only with by='tokens'"),
+    (dict(sizes=(10, 10), weights=(1000, 1e-9)),
+     r"component 1's share 1e-12 is below 2\*\*-31: too small to schedule"),
+])
+def test_sampler_refusals_say_exactly_what_is_wrong(kwargs, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        MixtureSampler(**kwargs)
+
+
+def test_shares_and_positions_are_checked_by_name():
+    assert sample_shares([3, 1]) == (0.75, 0.25)
+    assert sample_shares([1, 1], tokens_per_row=[128, 32]) == (0.2, 0.8)
+    for call, message in [(lambda: sample_shares(["a"]), r"weights\[0\] must be a number, got 'a'"),
+                          (lambda: sample_shares([1], tokens_per_row=["x"]),
+                           r"tokens_per_row\[0\] must be a number, got 'x'"),
+                          (lambda: sample_shares([1, 1], tokens_per_row=[1.0]),
+                           "tokens_per_row has 1 values for 2 components")]:
+        with pytest.raises(ValueError, match=f"^{message}$"):
+            call()
+    s = MixtureSampler((10, 10), (1, 1))  # an epoch of 20 positions
+    for at in (s.index_at, s.component_at, s.draws_before):
+        with pytest.raises(ValueError, match="^position must be an int, got 'x'$"):
+            at("x")
+        with pytest.raises(ValueError, match=r"^position must be in \[0, 20[)\]], got 21$"):
+            at(21)
+    for at in (s.index_at, s.component_at):  # the end itself is no position (draws_before it is the whole epoch)
+        with pytest.raises(ValueError, match=r"^position must be in \[0, 20\), got 20$"):
+            at(20)
+    assert s.draws_before(20) == s.epoch_draws == (10, 10)
 
 
 # ---------------------------------------------------------------- copies in other processes, memory

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from transforms.core.mixture import (MIXTURE_KEY, Histogram, MixtureSpec, batch_hashes, bucket_of, coarse_plan,
-                                     document_hash, parse_mixture, parse_token_count, refine_plan)
+                                     document_hash, parse_mixture, parse_token_count, refine_plan, targets)
 from transforms.core.seeds import hash_key
 
 
@@ -123,6 +123,30 @@ def test_without_a_total_the_largest_mixture_that_fits():
     assert plan.total_tokens == min(2 * available[0], 2 * 2 * available[1])
     assert plan.limited_by == ("a" if 2 * available[0] < 4 * available[1] else "b")
     assert all(t <= 2 * a for t, a in zip(taken, available))
+
+
+def test_spare_tokens_go_to_the_largest_remainders_then_the_first_source():
+    """A total cut by weight in whole tokens: floors, then one spare token each to the largest fractional parts,
+    ties to the source given first. "Within one token of the share" would pass a wrong hand-out too."""
+
+    def split(weights, total, budgets=()):
+        entries = [{"source": f"w{i}", "weight": w} for i, w in enumerate(weights)]
+        entries += [{"source": f"b{i}", "tokens": n} for i, n in enumerate(budgets)]
+        wanted, got_total, limited_by = targets(parse_mixture(entries, total_tokens=total), [10**6] * len(entries))
+        assert got_total == total and limited_by is None
+        return wanted
+
+    assert split([0.6, 0.3, 0.1], 7) == [4, 2, 1]  # 4.2, 2.1, 0.7: the spare token to 0.7, not to 2.1
+    assert split([0.5, 0.3, 0.2], 6) == [3, 2, 1]  # 3, 1.8, 1.2
+    assert split([5, 3, 2], 9) == [4, 3, 2]  # 4.5, 2.7, 1.8: two spares, to .8 and .7
+    # Ties (equal fractional parts): the earlier source first.
+    assert split([1, 1, 1], 4) == [2, 1, 1]
+    assert split([1, 1, 1], 5) == [2, 2, 1]
+    assert split([1, 1, 1], 2) == [1, 1, 0]
+    assert split([1, 2, 2], 4) == [1, 2, 1]  # 0.8, 1.6, 1.6: the largest remainder, then the earlier tie
+    assert split([1, 1], 1) == [1, 0]
+    # A budget takes its tokens off the top; the weighted rest (7) is split as above, in the sources' order.
+    assert split([0.6, 0.3, 0.1], 10, budgets=[3]) == [4, 2, 1, 3]
 
 
 def test_budgets_and_caps_are_enforced():

@@ -46,8 +46,9 @@ class LineDraws:
     size: int
     lines: list  # bytes
     lengths: list  # int
-    # Per draw, the line ends in the WINDOW bytes from its offset, and those bytes (fewer at the file's end):
-    # the density of lines, for the count of records (a line drawn by its bytes says little about short ones).
+    # Per draw, the line ends in the WINDOW bytes from its offset (wrapping past the file's end to its start;
+    # the whole file when smaller), and those bytes: the density of lines, for the count of records (a line
+    # drawn by its bytes says little about short ones).
     window_ends: list = dataclasses.field(default_factory=list)
     window_bytes: list = dataclasses.field(default_factory=list)
 
@@ -64,21 +65,40 @@ def draw_lines(path: str, size: int, budget: int, seed: int, identity: str, max_
     if size <= 0:
         return out
     drawn = 0
+    width = min(WINDOW, size)
     with fsspec.open(path, "rb") as fh:
         while len(out.lines) < max_draws and (drawn < budget or (len(out.lines) < _MIN_DRAWS and budget < size)):
             offset = int(rng.integers(0, size))
-            line, length = _line_at(fh, size, offset)
+            line, length = _line_at(fh, offset)
             out.lines.append(line)
             out.lengths.append(length)
-            fh.seek(offset)
-            window = fh.read(WINDOW)
-            out.window_ends.append(window.count(b"\n") + (offset + len(window) == size and not window.endswith(b"\n")))
-            out.window_bytes.append(len(window))
+            out.window_ends.append(_ends_in_window(fh, size, offset, width))
+            out.window_bytes.append(width)
             drawn += length
     return out
 
 
-def _line_at(fh, size: int, offset: int) -> tuple[bytes, int]:
+def _ends_in_window(fh, size: int, offset: int, width: int) -> int:
+    """The line ends in the `width` bytes from `offset`, wrapping past the file's end to its start.
+
+    Wrapping puts every byte in exactly `width` of the `size` windows, so size * ends / width is an unbiased
+    count of the file's lines, and in a file of at most WINDOW bytes (each window the whole file) the exact one.
+    Windows cut at the end instead counted the last lines from fewer bytes, and over-counted them: by 94% on a
+    file of three short records, 2.4% on one of two windows (tests/test_estimate.py). A last line without a
+    newline ends at the file's end.
+    """
+    fh.seek(offset)
+    tail = fh.read(width)
+    ends = tail.count(b"\n")
+    if offset + len(tail) == size and not tail.endswith(b"\n"):
+        ends += 1
+    if len(tail) < width:
+        fh.seek(0)
+        ends += fh.read(width - len(tail)).count(b"\n")
+    return ends
+
+
+def _line_at(fh, offset: int) -> tuple[bytes, int]:
     """(the line holding byte `offset`, without its newline; its bytes with it)."""
     start = offset
     while start > 0:  # back to the byte after the previous newline
