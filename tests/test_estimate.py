@@ -100,11 +100,27 @@ def test_a_last_line_without_a_newline_is_a_document(tmp_path):
     assert {(line, n) for line, n in zip(draws.lines, draws.lengths)} == {(lines[0], 14), (lines[1], 213),
                                                                           (lines[2], 13)}
     # The draws are a function of the seed and the file's identity (its relative path) alone: pinned.
-    assert draws.lengths[:12] == [213, 213, 213, 213, 213, 213, 213, 13, 213, 213, 14, 213]
+    assert draws.lengths[:12] == [213, 213, 213, 213, 213, 13, 213, 213, 213, 213, 14, 213]
     assert _documents(path, 0.05, 0) == Stratum(3.0, 0.0, 29)
     assert combine([_documents(path, 0.05, 0)]) == Interval(3.0, 0.0)
     path.write_bytes(b'{"text": "only"}')  # one record, no newline at all
     assert _documents(path, 0.05, 3) == Stratum(1.0, 0.0, 29)
+
+
+def test_the_offsets_spread_over_the_whole_file(tmp_path):
+    """A file of 1,000 lines of 11 bytes: the lines of the first n draws are spread evenly, whatever n (each
+    tenth of the file holds n / 10 of them, give or take one), where independent offsets leave tenths with
+    none; each draw alone is still uniform (over 400 seeds, every tenth drawn first about as often)."""
+    path = tmp_path / "even.jsonl"
+    path.write_bytes(b"".join(b'{"t":%4d}\n' % i for i in range(1000)))  # line i holds bytes 11i .. 11i + 10
+    draws = draw_lines(str(path), 11_000, 1100, 0, path.name)
+    tenth = [int(line[5:9]) // 100 for line in draws.lines]  # which tenth of the file each drawn line is in
+    for n in (10, 30, 100):
+        counts = np.bincount(tenth[:n], minlength=10)
+        assert counts.max() - counts.min() <= 2, (n, counts.tolist())
+    firsts = np.bincount([int(draw_lines(str(path), 11_000, 11, seed, path.name).lines[0][5:9]) // 100
+                          for seed in range(400)], minlength=10)
+    assert firsts.min() >= 20 and firsts.max() <= 65, firsts.tolist()  # 40 expected, binomial sd 6
 
 
 def test_the_document_count_of_a_file_smaller_than_the_window_is_exact(tmp_path):
