@@ -359,7 +359,7 @@ def _by_byte(plan, count: _Counter, f, size: int, fraction: float, seed: int, wo
     with open(target, "wb") as out:
         out.writelines(line + b"\n" for line in draws.lines[:share])
     # Records: the density of line ends in windows at the drawn offsets (a line drawn by its bytes says little
-    # about the short ones), times the share of drawn lines that are documents (of an output: routed there).
+    # about the short ones), times the share of drawn lines that are documents.
     good = sum(u for u, _, _ in per_line) / max(len(per_line), 1)
     whole = (by_bytes(size, draws.window_bytes, [e * good for e in draws.window_ends]),
              by_bytes(size, draws.lengths, [t for _, t, _ in per_line]),
