@@ -18,16 +18,19 @@ from typing import Any, Optional
 import yaml
 
 from transforms.core.records import ConversationKey, HookColumn, JsonKey
-from transforms.core.mixture import parse_mixture
+from transforms.core.mixture import MixtureSpec, parse_mixture
+from transforms.core.modes import CONVERSATION, PAIR, PREFERENCE, Mode
+from transforms.core.modes import mode as mode_traits
+
+# TEMPORARY (removed when pipelines.estimate asks the table): the old mode constants.
+CHAT, DPO, FIM, LMDATA = "Chat", "DPO", "FIM", "LMData"
+SUMMARIZATION_MODES = ("Summarization", "Summarization_VSL")
 from transforms.core.splits import check_name, parse_context_splits, parse_data_splits
 
-__all__ = ["Config", "ConfigError", "MODES", "VSL_MODES", "SUMMARIZATION_MODES", "CHAT_MODES", "CONVERSATION_MODES",
-           "build_parser", "load_config", "SETTINGS"]
+__all__ = ["Config", "ConfigError", "MODES", "build_parser", "load_config", "SETTINGS"]
 
-from pipelines.settings import (  # noqa: F401 - the table and the modes, which callers also take from here
-    CHAT, CHAT_MODES, CHAT_VSL, COMPRESSORS, CONVERSATION_MODES, DPO, FIM, INT_DTYPES, LMDATA, LMDATA_VSL, MODES,
-    PROCESSOR_NAMES, SETTINGS, SUMMARIZATION, SUMMARIZATION_MODES, SUMMARIZATION_VSL, TOKENIZER_BACKENDS,
-    TOKENIZER_TYPES, VSL_MODES, ConfigError, Setting)
+from pipelines.settings import (  # noqa: F401 - the table and the modes' names, which callers also take from here
+    COMPRESSORS, INT_DTYPES, MODES, SETTINGS, TOKENIZER_BACKENDS, TOKENIZER_TYPES, ConfigError, Setting, Settings)
 
 _BY_NAME = {s.name: s for s in SETTINGS}
 # Keys the reference's YAML files may carry that mean nothing to a Beam job.
@@ -40,11 +43,13 @@ _TRUE = {"true", "1", "yes", "y", "on"}
 _FALSE = {"false", "0", "no", "n", "off"}
 
 
-@dataclasses.dataclass(frozen=True)
-class Config:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(Settings):
+    """The job's settings, typed (`Settings`: every setting a field, a setting its mode does not read at its
+    default), and where they came from. Frozen: `replace` makes a changed copy."""
+
     mode: str
-    values: tuple  # sorted (name, value) pairs: hashable and picklable
-    sources: tuple  # sorted (name, "cli" | "yaml" | "default")
+    sources: tuple = ()  # sorted (name, "cli" | "yaml" | "default"), the mode's settings
     params_file: Optional[str] = None
     # A Cerebras 2.10 config (--config): its YAML as JSON text, recorded in data_params.json; what the
     # translation has to say (printed once, by main()); the read hook it names.
@@ -52,16 +57,24 @@ class Config:
     notices: tuple = ()
     read_hook: Optional[str] = None
     read_hook_digest: Optional[str] = None  # sha256 of a hook file's text
+    # The mixture setting parsed (with total_tokens and mixture_seed), once, when the config is made.
+    mixture_spec: Optional[MixtureSpec] = dataclasses.field(default=None, compare=False)
 
-    def __getattr__(self, name):
-        # Only called for names that are not real attributes.
-        values = dict(object.__getattribute__(self, "values"))
-        if name in values:
-            return values[name]
-        raise AttributeError(name)
+    @property
+    def values(self) -> tuple:
+        """The settings its mode reads, as sorted (name, value) pairs."""
+        return tuple(sorted((s.name, getattr(self, s.name)) for s in SETTINGS if self.mode in s.modes))
 
     def as_dict(self) -> dict:
         return dict(self.values)
+
+    def replace(self, **changes) -> "Config":
+        """A copy with these settings changed (not validated again; the mixture parsed again if it changed)."""
+        new = dataclasses.replace(self, **changes)
+        if changes.keys() & {"mixture", "total_tokens", "mixture_seed"}:
+            new = dataclasses.replace(new, mixture_spec=_mixture_spec(new.mixture, new.total_tokens,
+                                                                      new.mixture_seed))
+        return new
 
     def source_of(self, name: str) -> str:
         return dict(self.sources)[name]
@@ -84,6 +97,11 @@ class Config:
         return dict((self.cerebras.get("processing") or {}).get("read_hook_kwargs") or {})
 
     @property
+    def traits(self) -> Mode:
+        """The mode's entry in the table of modes."""
+        return mode_traits(self.mode)
+
+    @property
     def keys_tuple(self) -> tuple[str, ...]:
         """Record keys to read, in the order the mode consumes them."""
         if self.region_hook:  # the hook's `*_key` columns, each as its JSON value (the hook sees the values)
@@ -93,11 +111,12 @@ class Config:
             # gives it; a built-in hook's columns must be there (hook_columns).
             key = JsonKey if str(self.read_hook).strip() in BUILTIN_HOOKS else HookColumn
             return tuple(key(c) for c in hook_columns(self.hook_kwargs))
-        if self.mode in SUMMARIZATION_MODES:
+        record = self.traits.record
+        if record == PAIR:
             return (self.prompt_key, self.completion_key)
-        if self.mode in CONVERSATION_MODES:
+        if record == CONVERSATION:
             return (ConversationKey(self.messages_key, self.tools_key),)
-        if self.mode == DPO:
+        if record == PREFERENCE:
             keys = (JsonKey(self.chosen_key), JsonKey(self.rejected_key))
             return keys + ((JsonKey(self.prompt_key),) if self.prompt_key else ())
         if self.keys:
@@ -106,7 +125,7 @@ class Config:
 
     def sections(self) -> dict:
         """The effective settings as data_params.json's setup/processing/dataset."""
-        out: dict = {"setup": {"dataset_processor": PROCESSOR_NAMES[self.mode], "mode": self.mode},
+        out: dict = {"setup": {"dataset_processor": self.traits.processor, "mode": self.mode},
                      "processing": {}, "dataset": {}}
         for s in SETTINGS:
             if self.mode in s.modes:
@@ -235,11 +254,9 @@ def _coerce(s: Setting, raw: Any, origin: str) -> Any:
         if s.type == "mixture":
             if isinstance(raw, str):
                 raw = yaml.safe_load(raw)  # JSON (or inline YAML) on the command line
-            try:
-                parse_mixture(raw)
-            except ValueError as e:
-                raise ConfigError(f"{where}: {e}") from None
-            return json.dumps(raw, sort_keys=True)  # as text: a Config's values must be hashable
+            # As text: a Config's values must be hashable. It is parsed (and checked) once, with total_tokens
+            # and mixture_seed, when the values are validated (_validate_mixture).
+            return json.dumps(raw, sort_keys=True)
         if s.type == "dtype":
             text = str(raw)
             if text not in INT_DTYPES:
@@ -361,12 +378,11 @@ def load_config(argv: list[str]) -> tuple[Config, list[str]]:
             values[s.name], sources[s.name] = _coerce(s, yaml_values[s.name], "YAML"), "yaml"
         else:
             values[s.name], sources[s.name] = _coerce(s, defaults.get(s.name, s.default), "default"), "default"
-    _validate(mode, values, sources)
+    mixture = _validate(mode, values, sources)
     extra = {"params_file": args.params} if translated is None else dict(
         params_file=path, cerebras_config=raw_json(translated.raw), notices=translated.notices,
         read_hook=translated.hook, read_hook_digest=translated.hook_digest)
-    config = Config(mode=mode, values=tuple(sorted(values.items())), sources=tuple(sorted(sources.items())),
-                    **extra)
+    config = Config(mode=mode, **values, sources=tuple(sorted(sources.items())), mixture_spec=mixture, **extra)
     return config, rest
 
 
@@ -375,7 +391,9 @@ def _require(cond: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def _validate(mode: str, v: dict, sources: dict) -> None:
+def _validate(mode: str, v: dict, sources: dict) -> Optional[MixtureSpec]:
+    """Refuse a setting out of range or contradicting another (ConfigError naming it); returns the mixture,
+    parsed."""
     _require(v["tokenizer_type"] is not None, "--tokenizer_type is required "
              f"(one of {', '.join(TOKENIZER_TYPES)})")
     _require(v["tokenizer_type"] in TOKENIZER_TYPES,
@@ -394,7 +412,7 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
     _require(not json.loads(v["tokenizer_params"] or "{}") or tt == "HuggingFaceTokenizer",
              "tokenizer_params: arguments of a custom_tokenizer or of a Hugging Face tokenizer only")
     _validate_source(v)
-    _validate_mixture(v)
+    mixture = _validate_mixture(v, sources)
     msl = v["max_seq_length"]
     _require(msl >= 2, f"max_seq_length: must be at least 2, got {msl}")
     _require(v["min_sequence_len"] >= 0, "min_sequence_len: must be >= 0")
@@ -430,33 +448,35 @@ def _validate(mode: str, v: dict, sources: dict) -> None:
         _require(v[name] is None or v[name] >= 0, f"{name}: must be >= 0")
     if v["keys"] and v.get("jsonl_key"):
         _require(False, "jsonl_key and dataset.keys are both set: choose one")
-    if mode in CHAT_MODES:
+    traits = mode_traits(mode)
+    if traits.templated:
         _require(not v["keys"], f"dataset.keys does not apply to {mode}: use messages_key, chosen_key, ...")
         _require(v.get("chat_loss_span") in (None, "turn", "content"),
                  f"chat_loss_span: {v.get('chat_loss_span')!r} is not one of turn, content")
         _require(v.get("truncate") in (None, "keep_start", "keep_end"),
                  f"truncate: {v.get('truncate')!r} is not one of keep_start, keep_end")
         _require(v.get("max_prompt_length") is None or v["max_prompt_length"] >= 1, "max_prompt_length: must be >= 1")
-    if mode in SUMMARIZATION_MODES:
+    if traits.record == PAIR:
         _require(v.get("truncate") in (None, "keep_start", "keep_end"),
                  f"truncate: {v.get('truncate')!r} is not one of keep_start, keep_end")
         _require(bool(v["prompt_key"]), f"--prompt_key is required for {mode}")
         _require(bool(v["completion_key"]), f"--completion_key is required for {mode}")
         _require(not v["keys"], f"dataset.keys does not apply to {mode}: use prompt_key/completion_key")
-    if mode in VSL_MODES:
+    if traits.vsl:
         import numpy as np
 
         top = np.iinfo(np.dtype(v["position_ids_dtype"])).max
         for name, m in job_max_seq_lengths(v):
             _require(top >= m - 1, f"position_ids_dtype: {v['position_ids_dtype']} cannot hold position ids up "
                      f"to {m - 1} ({name} {m}); use a wider dtype")
-    if mode == FIM:
+    if traits.fim:
         for name in ("fim_prefix_tok", "fim_middle_tok", "fim_suffix_tok"):
-            _require(bool(v[name]), f"--{name} is required for FIM")
+            _require(bool(v[name]), f"--{name} is required for {mode}")
         for name in ("fim_rate", "spm_rate"):
             _require(0.0 <= v[name] <= 1.0, f"{name}: must be within [0, 1]")
     if v["resume_from_checkpoint"] and v["overwrite_output"]:
         _require(False, "resume_from_checkpoint and overwrite_output contradict each other")
+    return mixture
 
 
 
@@ -471,18 +491,25 @@ def job_max_seq_lengths(v: dict) -> list[tuple[str, int]]:
     return out
 
 
-def _validate_mixture(v: dict) -> None:
-    """A mixture names its own sources; what it does not work with yet is refused here, before any reading."""
+def _validate_mixture(v: dict, sources: dict) -> Optional[MixtureSpec]:
+    """The mixture, parsed: it names its own sources; what it does not work with yet is refused here, before
+    any reading."""
     if not v.get("mixture"):
         _require(v.get("total_tokens") is None, "total_tokens applies to a mixture, which is not set")
-        return
+        return None
     try:
-        parse_mixture(json.loads(v["mixture"]), total_tokens=v["total_tokens"], seed=v["mixture_seed"])
+        spec = _mixture_spec(v["mixture"], v["total_tokens"], v["mixture_seed"])
     except ValueError as e:
-        raise ConfigError(str(e)) from None
+        origin = {"cli": "command line", "yaml": "YAML"}.get(sources.get("mixture"), "default")
+        raise ConfigError(f"mixture (from {origin}): {e}") from None
     _require(not v.get("subsets") and not v.get("top_level_as_subsets"),
              "mixture and subsets: subsets are top-level directories of input_dir, and a mixture has none (its "
              "sources are its subsets' counterpart: one job per subset, or a source each)")
+    return spec
+
+
+def _mixture_spec(text: Optional[str], total_tokens, seed: int) -> Optional[MixtureSpec]:
+    return parse_mixture(json.loads(text), total_tokens=total_tokens, seed=seed) if text else None
 
 
 def _validate_source(v: dict) -> None:

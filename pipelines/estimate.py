@@ -528,16 +528,13 @@ def _sample_job(config: Config, sample_dir: str, out: str, budgets: Optional[lis
     from transforms.io.hdf5_format import chunk_sizes
     from pipelines.job import run
 
-    values = dict(config.values)
-    values.update(input_dir=sample_dir, output_dir=out, metadata_files=None, hf_dataset=None, hf_split=None,
+    values = dict(input_dir=sample_dir, output_dir=out, metadata_files=None, hf_dataset=None, hf_split=None,
                   hf_options=None, display_pbar=False, resume_from_checkpoint=False, overwrite_output=False,
-                  total_tokens=None, shuffle=False)
-    if "mixture" in values:
-        values["mixture"] = None
+                  total_tokens=None, shuffle=False, mixture=None)
     if budgets:
         values["mixture"] = json.dumps([{**b, "source": os.path.join(sample_dir, b["source"])} for b in budgets])
         values["input_dir"] = None
-    sample_config = dataclasses.replace(config, values=tuple(sorted(values.items())))
+    sample_config = config.replace(**values)
     cpu = time.process_time()
     with contextlib.redirect_stderr(io.StringIO()):  # its summary line is about the sample, not the job
         params = run(sample_config, ["--runner", "FnApiRunner"])

@@ -1,7 +1,7 @@
 """The job graph: `build` wires the stages a JobPlan asks for, and nothing else.
 
     input manifest -> ReadCorpus -> (SkipStoredGroups, on resume)
-        -> NormalizeDocuments -> TokenizeDocuments      (Chat, Chat_VSL, DPO: EncodeConversations)
+        -> NormalizeDocuments -> TokenizeDocuments      (modes with a chat template: EncodeConversations)
         -> (SelectMixture) -> the mode's rows -> EncodeRows -> (StoreGroups) -> WriteHdf5Shards
         -> WriteDatasetParams (data_params.json)
     ReadCorpus's bad records -> WriteDeadLetters
@@ -18,7 +18,6 @@ import dataclasses
 
 import apache_beam as beam
 
-from pipelines.config import FIM, LMDATA, SUMMARIZATION, SUMMARIZATION_MODES, SUMMARIZATION_VSL, VSL_MODES
 from pipelines.plan import JobPlan
 from transforms.core.chat.batch import RecordCheck
 from transforms.core.records import PerPart
@@ -29,15 +28,13 @@ from transforms.io.hooks import DOCUMENT, PREFERENCE, REGIONS, ReadHookCheck
 from transforms.io.intermediate import MIXTURE_PLAN, STORED, SkipStoredGroups, StoreGroups
 from transforms.io.manifest import MergeStats, WriteDatasetParams, WriteSplitParams
 from transforms.io.read_corpus import DEAD_LETTERS, DOCS, ReadCorpus, ReadInputManifest
-from transforms.stages.chat import BuildChatRows, EncodeConversations
-from transforms.stages.fim import ApplyFim
+from transforms.core.modes import TEXT
+from transforms.stages.chat import EncodeConversations
 from transforms.stages.mixture import SelectMixture
 from transforms.stages.normalize import NormalizeDocuments
-from transforms.stages.pack import PackSequences
+from transforms.stages.rows import build_rows
 from transforms.stages.splits import REST, RouteDocuments, SeparateRest
-from transforms.stages.summarize import BuildSummarizationRows
 from transforms.stages.tokenize import TokenizeDocuments
-from transforms.stages.vsl import PackDocumentsVsl
 
 __all__ = ["build", "record_check"]
 
@@ -133,7 +130,7 @@ def _build_splits(plan: JobPlan, docs, stored, dead_letters):
 def _tokenize(plan: JobPlan) -> TokenizeDocuments:
     return TokenizeDocuments(
         plan.tokenizer_files, split_len=plan.split_len, remove_bos_in_chunks=plan.remove_bos_in_chunks,
-        append_eos=plan.mode not in SUMMARIZATION_MODES, drop_bos=plan.mode == FIM, process_cpus=plan.process_cpus)
+        append_eos=plan.traits.record == TEXT, drop_bos=plan.traits.fim, process_cpus=plan.process_cpus)
 
 
 def _encode_conversations(plan: JobPlan) -> EncodeConversations:
@@ -142,7 +139,7 @@ def _encode_conversations(plan: JobPlan) -> EncodeConversations:
 
 
 def _tokens(plan: JobPlan, docs):
-    """DocBatch -> TokenBatch (the text modes) or EncodedBatch (Chat, Chat_VSL, DPO)."""
+    """DocBatch -> TokenBatch (the text modes) or EncodedBatch (modes with a chat template)."""
     if plan.chat is not None:
         return docs | "EncodeConversations" >> _encode_conversations(plan)
     return (docs
@@ -153,21 +150,7 @@ def _tokens(plan: JobPlan, docs):
 def _rows(plan: JobPlan, batches):
     """TokenBatch (Chat and DPO: EncodedBatch) -> the mode's rows (RowBlock, or WindowBlock whose rows are built
     a batch at a time)."""
-    if plan.chat is not None:
-        return batches | "BuildChatRows" >> BuildChatRows(plan.chat)
-    tokens = batches
-    if plan.mode == LMDATA:
-        # Windows over the token stream: full [n, 3, msl] rows are only built, a batch at a time, to encode them.
-        return tokens | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed, windows_only=True)
-    if plan.mode == SUMMARIZATION:
-        return tokens | "BuildSummarizationRows" >> BuildSummarizationRows(plan.summarization)
-    if plan.mode in VSL_MODES:
-        # Segments and where they go; the [n, 5, msl] rows are only built, a batch at a time, to encode them.
-        return tokens | "PackDocumentsVsl" >> PackDocumentsVsl(plan.vsl, seed=plan.seed,
-                                                              summarization=plan.mode == SUMMARIZATION_VSL)
-    return (tokens
-            | "PackSequences" >> PackSequences(plan.pack, seed=plan.seed)
-            | "ApplyFim" >> ApplyFim(plan.fim, tokenizer_files=plan.tokenizer_files, seed=plan.seed))
+    return build_rows(plan.traits, plan, batches)
 
 
 def _write_shards(plan: JobPlan, rows, stored, *, row_format, output_dir):

@@ -11,9 +11,10 @@ and settings) or waits for it under its lock.
 
 import json
 
-from pipelines.config import CHAT_MODES, SUMMARIZATION_MODES, Config
+from pipelines.config import Config
 from transforms.core.chat.template import CHATML_TOKENS, template_from_config
 from transforms.core.detok import DetokCounter
+from transforms.core.modes import PAIR
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.io.tokenizer_files import autotokenizer_files, custom_tokenizer_files, read_tokenizer_files
 
@@ -22,8 +23,8 @@ __all__ = ["chat_template_setting", "tokenizer_files", "warm"]
 
 def tokenizer_files(config: Config) -> TokenizerFiles:
     """The tokenizer's files and settings; FileNotFoundError, ValueError or OSError name what is wrong."""
-    files = _read(config, getattr(config, "chat_template", None))
-    if config.mode in CHAT_MODES and config.chat_template is None and config.cerebras_config:
+    files = _read(config, config.chat_template)
+    if config.traits.templated and config.chat_template is None and config.cerebras_config:
         if template_from_config(files.tokenizer_config or {}) is None:
             files = _read(config, "chatml")  # see chat_template_setting
     return files
@@ -41,7 +42,7 @@ def chat_template_setting(config: Config, files: TokenizerFiles):
 def _read(config: Config, chat_template) -> TokenizerFiles:
     settings = dict(
         eos_id=config.eos_id, pad_id=config.pad_id,
-        sep_token=config.sep_token if config.mode in SUMMARIZATION_MODES else None,
+        sep_token=config.sep_token if config.traits.record == PAIR else None,
         backend=config.tokenizer_backend, check_share=config.tokenizer_cross_check, check_seed=config.seed,
         # ChatML's markers must be tokens for its turns to end in one: added where the vocabulary lacks them.
         extra_special_tokens=CHATML_TOKENS if chat_template == "chatml" else ())
@@ -59,6 +60,6 @@ def warm(config: Config) -> None:
     """Build what the job will ask of its tokenizer, into this process's caches."""
     tokenizer = shared_tokenizer(tokenizer_files(config))
     tokenizer.fingerprint()
-    if config.mode not in CHAT_MODES:  # chat encodes with offsets, on tokenizers itself
+    if not config.traits.templated:  # chat encodes with offsets, on tokenizers itself
         tokenizer.encoder
     DetokCounter(tokenizer)

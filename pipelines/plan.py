@@ -13,14 +13,14 @@ import json
 import os
 from typing import Optional
 
-from pipelines.config import (CHAT_MODES, CONVERSATION_MODES, DPO, FIM, SUMMARIZATION, SUMMARIZATION_MODES, SUMMARIZATION_VSL,
-                              VSL_MODES, Config, job_max_seq_lengths)
+from pipelines.config import Config, job_max_seq_lengths
 from pipelines.job_tokenizer import chat_template_setting, tokenizer_files
 from transforms.core import fast_ftfy
 from transforms.core.chat.batch import ChatConfig
-from transforms.core.features import DPO_FEATURES, KEY_PADDING_FEATURES, LM_FEATURES, VSL_FEATURES
+from transforms.core.features import KEY_PADDING_FEATURES
 from transforms.core.fim import FimConfig, make_fim_config
-from transforms.core.mixture import MixturePlan, MixtureSpec, parse_mixture
+from transforms.core.modes import CONVERSATION, PAIR, TEXT, Mode, mode
+from transforms.core.mixture import MixturePlan, MixtureSpec
 from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
 from transforms.core.records import InputFile, PerPart
@@ -97,11 +97,14 @@ class JobPlan:
     @property
     def features(self) -> tuple:
         """The names of a row's features, in order: data_params.json's `features`."""
-        if self.mode == DPO:
-            return DPO_FEATURES
         if self.chat is not None and not isinstance(self.chat, PerPart) and self.chat.key_padding_mask:
             return KEY_PADDING_FEATURES
-        return VSL_FEATURES if self.mode in VSL_MODES else LM_FEATURES
+        return self.traits.features
+
+    @property
+    def traits(self) -> Mode:
+        """The mode's entry in the table of modes."""
+        return mode(self.mode)
 
     def for_output(self, k: int) -> "JobPlan":
         """The plan of a split job's output k: its own directory and max sequence length, one dataset."""
@@ -127,9 +130,8 @@ class JobPlan:
     def row_format(self) -> RowFormat:
         return RowFormat(max_seq_length=self.pack.max_seq_length, pad_id=self.pad_id,
                          inverted_mask=self.sections["dataset"]["inverted_mask"],
-                         trailing_eos_input=self.mode in (SUMMARIZATION, FIM, DPO),
-                         sides=2 if self.mode == DPO else 1,
-                         untrained_tail=self.mode in CONVERSATION_MODES and self.chat.loss_span != "turn")
+                         trailing_eos_input=self.traits.trailing_eos_input, sides=len(self.traits.sides),
+                         untrained_tail=self.traits.record == CONVERSATION and self.chat.loss_span != "turn")
 
 
 def _relpath(path: str, root: Optional[str]) -> str:
@@ -150,7 +152,7 @@ def _relpath(path: str, root: Optional[str]) -> str:
 def plan_job(config: Config) -> JobPlan:
     """Resolve inputs and the tokenizer; raise UserError for anything the user must fix."""
     mixture, mixture_sources = None, ()
-    if getattr(config, "mixture", None):
+    if config.mixture_spec is not None:
         mixture, paths, relpaths, mixture_sources = _mixture_inputs(config)
     else:
         paths, root = _input_paths(config)
@@ -177,7 +179,8 @@ def plan_job(config: Config) -> JobPlan:
                                  subsets=subsets, max_seq_length=config.max_seq_length, seed=config.split_seed)
         _check_msl_limit(config, tok_files)
     fim = None
-    if config.mode == FIM:
+    traits = mode(config.mode)
+    if traits.fim:
         try:
             fim = make_fim_config(tokenizer, max_seq_length=config.max_seq_length, fim_rate=config.fim_rate,
                                   spm_rate=config.spm_rate, prefix_tok=config.fim_prefix_tok,
@@ -195,11 +198,11 @@ def plan_job(config: Config) -> JobPlan:
     sections["processing"]["pad_id"] = config.pad_id
     if config.cerebras_config:  # where 2.10 records the ids its tokenizer resolved (update_args), and tools read them
         sections["processing"].update(eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id, vocab_size=tokenizer.vocab_size)
-    if config.mode in CHAT_MODES:  # what the job used (a 2.10 config may get ChatML): verify rebuilds from it
+    if traits.templated:  # what the job used (a 2.10 config may get ChatML): verify rebuilds from it
         sections["processing"]["chat_template"] = chat_template_setting(config, tok_files)
     # Chat modes render and encode each conversation with offsets, which only tokenizers gives.
     note = {"encoder_note": tokenizer.encoder_note} if tokenizer.encoder_note else {}
-    encoder = {"encoder": "tokenizers"} if config.mode in CHAT_MODES else {"encoder": tokenizer.encoder_name, **note}
+    encoder = {"encoder": "tokenizers"} if traits.templated else {"encoder": tokenizer.encoder_name, **note}
     extra = {"tokenizer": {"fingerprint": tokenizer.fingerprint(), "vocab_size": tokenizer.vocab_size,
                            "eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id, "bos_id": tokenizer.bos_id,
                            "sep_id": tokenizer.sep_id, **encoder},
@@ -209,36 +212,36 @@ def plan_job(config: Config) -> JobPlan:
     if config.use_ftfy:  # its fixes change between versions; and whether the exact fast path covered this one
         extra["ftfy"] = fast_ftfy.ftfy_record()
     hook = _hook_spec(config)
-    chat = _chat_config(config, tok_files, tokenizer) if config.mode in CHAT_MODES else None
+    chat = _chat_config(config, tok_files, tokenizer) if traits.templated else None
     vsl = None
-    if config.mode in VSL_MODES and chat is None:
+    if traits.vsl and chat is None:
         vsl = VslConfig(
             max_seq_length=config.max_seq_length, pad_id=tokenizer.pad_id, min_sequence_len=config.min_sequence_len,
-            short_seq_prob=config.short_seq_prob, fold_long_doc=bool(getattr(config, "fold_long_doc", True)),
+            short_seq_prob=config.short_seq_prob, fold_long_doc=config.fold_long_doc,
             pack_sequences=config.pack_sequences, inverted_mask=config.inverted_mask, eos_id=tokenizer.eos_id,
-            sep_id=tokenizer.sep_id if config.mode == SUMMARIZATION_VSL else None,
-            truncate=config.truncate if config.mode == SUMMARIZATION_VSL else None)
+            sep_id=tokenizer.sep_id if traits.record == PAIR else None,
+            truncate=config.truncate if traits.record == PAIR else None)
     return JobPlan(
         mode=config.mode,
         files=files,
         input_manifest=input_manifest,
         keys=config.keys_tuple,
-        join_keys=config.mode not in SUMMARIZATION_MODES + CHAT_MODES,
+        join_keys=traits.record == TEXT,
         group_bytes=config.packing_group_mb << 20,
         max_record_bytes=config.max_record_mb << 20,
         normalize=_normalize_config(config),
         tokenizer_files=tok_files,
-        split_len=config.chunk_len_to_split if getattr(config, "split_text_to_tokenize", False) else None,
-        remove_bos_in_chunks=bool(getattr(config, "remove_bos_in_chunks", False)),
+        split_len=config.chunk_len_to_split if config.split_text_to_tokenize else None,
+        remove_bos_in_chunks=config.remove_bos_in_chunks,
         pack=PackConfig(
             max_seq_length=config.max_seq_length, pad_id=tokenizer.pad_id, pack_sequences=config.pack_sequences,
             min_sequence_len=config.min_sequence_len, short_seq_prob=config.short_seq_prob,
             # FIM rebuilds the mask of every row, inverting it itself.
-            inverted_mask=config.inverted_mask and config.mode != FIM, write_remainder=config.write_remainder),
+            inverted_mask=config.inverted_mask and not traits.fim, write_remainder=config.write_remainder),
         summarization=SummarizationConfig(
             max_seq_length=config.max_seq_length, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
             sep_id=tokenizer.sep_id, min_sequence_len=config.min_sequence_len,
-            inverted_mask=config.inverted_mask, truncate=config.truncate) if config.mode == SUMMARIZATION else None,
+            inverted_mask=config.inverted_mask, truncate=config.truncate) if traits.record == PAIR and not traits.vsl else None,
         fim=fim,
         vsl=vsl,
         chat=chat,
@@ -269,10 +272,7 @@ def plan_job(config: Config) -> JobPlan:
 def _mixture_inputs(config: Config) -> tuple[MixtureSpec, list, list, tuple]:
     """The mixture, its files (sorted by identity), their identities (`<source name>/<path in the source>`) and
     each file's source index."""
-    try:
-        spec = parse_mixture(json.loads(config.mixture), total_tokens=config.total_tokens, seed=config.mixture_seed)
-    except ValueError as e:
-        raise UserError(str(e)) from None
+    spec = config.mixture_spec
     found = []
     for k, source in enumerate(spec.sources):
         try:
@@ -323,7 +323,7 @@ def _hook_spec(config: Config) -> Optional[HookSpec]:
 
 
 def _key_padding_mask(config: Config) -> bool:
-    wanted = bool(getattr(config, "key_padding_mask", False))
+    wanted = config.key_padding_mask
     if wanted and not config.region_hook:
         raise UserError("key_padding_mask: only a read hook's regions can mask attention (Cerebras 2.10 config "
                         "with a hook of your own); this job has none")
@@ -333,7 +333,7 @@ def _key_padding_mask(config: Config) -> bool:
 def _region_defaults(config: Config) -> RegionDefaults:
     try:
         return RegionDefaults.from_processing(config.cerebras.get("processing") or {},
-                                              pretraining=config.mode not in CHAT_MODES)
+                                              pretraining=not mode(config.mode).templated)
     except ValueError as e:
         raise UserError(str(e)) from None
 
@@ -406,7 +406,7 @@ def _chat_config(config: Config, files: TokenizerFiles, tokenizer) -> ChatConfig
     problem = probe_template(renderer)
     if problem is not None:
         raise UserError(f"chat template {where}: {problem}")
-    if config.mode != "DPO" and config.source_of("tools_key") != "default" and not renders_tool_calls(renderer):
+    if mode(config.mode).record == CONVERSATION and config.source_of("tools_key") != "default" and not renders_tool_calls(renderer):
         # Asked for tool data explicitly: a template that leaves tools out would refuse every record that has them.
         raise UserError(f"chat template {where}: it does not write tools or tool calls (a probe conversation with "
                         f"both rendered without them), and --tools_key {config.tools_key} asks for them; use a "
@@ -416,10 +416,10 @@ def _chat_config(config: Config, files: TokenizerFiles, tokenizer) -> ChatConfig
         template_tokens=tuple(sorted(tokens.items())), role_key=config.role_key, content_key=config.content_key,
         normalize=_normalize_config(config),
         min_sequence_len=config.min_sequence_len, inverted_mask=config.inverted_mask,
-        train_on_all_assistant_turns=bool(getattr(config, "train_on_all_assistant_turns", True)),
-        truncate=getattr(config, "truncate", None), max_prompt_length=int(getattr(config, "max_prompt_length", 512)),
+        train_on_all_assistant_turns=config.train_on_all_assistant_turns,
+        truncate=config.truncate, max_prompt_length=config.max_prompt_length,
         pack_sequences=config.pack_sequences,
-        loss_span=getattr(config, "chat_loss_span", "turn"), regions=config.region_hook and config.mode != DPO,
+        loss_span=config.chat_loss_span, regions=config.region_hook and mode(config.mode).record == CONVERSATION,
         bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, key_padding_mask=_key_padding_mask(config))
 
 

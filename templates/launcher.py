@@ -15,7 +15,7 @@ import logging
 import sys
 from typing import Optional
 
-DEFAULT_MODE = "LMData"
+from transforms.core.modes import DEFAULT_MODE
 
 
 def to_argv(args: list[str]) -> list[str]:

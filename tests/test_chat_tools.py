@@ -97,7 +97,7 @@ def test_the_hand_made_rows_follow_the_contract():
     assert chosen.tolist() == [[1, 2, 3, 11, EOS, PAD, PAD, PAD], [0, 0, 1, 1, 0, 0, 0, 0],
                                [PAD, PAD, 11, EOS, PAD, PAD, PAD, PAD]]
     assert CHAT_ROWS[0, 2, :8].tolist() == CHAT_ROWS[0, 0, 1:9].tolist()
-    spec = V.DatasetSpec(V.DPO, V.OURS, False, 8, VOCAB, EOS, PAD, DPO_FEATURES)
+    spec = V.DatasetSpec("DPO", V.OURS, False, 8, VOCAB, EOS, PAD, DPO_FEATURES)
     seqs = V.sequences(DPO_ROWS, spec)
     assert seqs.shape == (6, 3, 8) and (seqs[1] == DPO_ROWS[0, 3:]).all()  # row 0's rejected side
     assert V.real_lengths(seqs, spec).tolist() == [5, 6, 5, 2, 8, 4]

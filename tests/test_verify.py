@@ -210,7 +210,7 @@ def test_missing_params_and_missing_dir(lm_copy, capsys, tmp_path):
 def test_summarization_row_checks():
     cfg = SummarizationConfig(max_seq_length=12, eos_id=0, pad_id=1, min_sequence_len=1)
     row, _ = summarization_row(np.array([5, 6, 7]), np.array([8, 9]), cfg)
-    spec = V.DatasetSpec(V.SUMMARIZATION, V.OURS, False, 12, 20, 0, 1)
+    spec = V.DatasetSpec("Summarization", V.OURS, False, 12, 20, 0, 1)
     good = V.RowChecker(spec, 20)
     good.add(row[None])
     assert good.problems() == []
@@ -227,12 +227,12 @@ def test_summarization_row_checks():
 def test_reference_conventions_for_statistics():
     counts = {"num_sequences": 2, "num_tokens": 20, "loss_valid_tokens": 6, "num_masked_tokens": 14,
               "non_pad_tokens": 10, "num_pad_tokens": 10, "input_ids_equal_pad_id": 13}
-    ours = V.DatasetSpec(V.SUMMARIZATION, V.OURS, False)
-    ref = V.DatasetSpec(V.SUMMARIZATION, V.REFERENCE, False)
+    ours = V.DatasetSpec("Summarization", V.OURS, False)
+    ref = V.DatasetSpec("Summarization", V.REFERENCE, False)
     assert V.expected_post_process(counts, ours)["num_pad_tokens"] == 10
     assert V.expected_post_process(counts, ref)["num_pad_tokens"] == 12  # one per row too many (SPEC §1e)
     assert V.expected_post_process(counts, ref)["num_masked_tokens"] == 16
-    fim_ref = V.DatasetSpec(V.FIM, V.REFERENCE, False)
+    fim_ref = V.DatasetSpec("FIM", V.REFERENCE, False)
     assert V.expected_post_process(counts, fim_ref)["num_pad_tokens"] == 13  # input ids equal to pad_id
     spec, notes = V.dataset_spec({"setup": {"dataset_processor": "LMDataPreprocessor"},
                                   "dataset": {"inverted_mask": True}})

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from transforms.core import verify as V
+from transforms.core.modes import MODE_NAMES
 from transforms.core.features import DPO_FEATURES, LM_FEATURES, VSL_FEATURES
 
 EOS, PAD, VOCAB = 50, 99, 100
@@ -26,28 +27,27 @@ def spec(mode, producer=V.OURS, inverted=False, msl=None, vocab=VOCAB, eos=EOS, 
 
 
 def test_spec_properties_by_mode():
-    assert spec(V.LMDATA).loss_value == 1 and spec(V.LMDATA, inverted=True).loss_value == 0
-    assert [m for m in V._MODES if spec(m).trailing_eos_input] == [V.SUMMARIZATION, V.FIM, V.DPO]
-    assert [m for m in V._MODES if spec(m).vsl] == [V.LMDATA_VSL, V.SUMMARIZATION_VSL, V.CHAT_VSL]
-    assert V.VSL_MODES == (V.LMDATA_VSL, V.SUMMARIZATION_VSL, V.CHAT_VSL)
-    for mode in (V.LMDATA, V.SUMMARIZATION, V.FIM, V.CHAT, None):
+    assert spec("LMData").loss_value == 1 and spec("LMData", inverted=True).loss_value == 0
+    assert [m for m in MODE_NAMES if spec(m).trailing_eos_input] == ["Summarization", "FIM", "DPO"]
+    assert [m for m in MODE_NAMES if spec(m).vsl] == ["LMData_VSL", "Summarization_VSL", "Chat_VSL"]
+    for mode in ("LMData", "Summarization", "FIM", "Chat", None):
         assert V.mode_features(mode) == LM_FEATURES
         assert spec(mode).feature_names == LM_FEATURES and spec(mode).num_features == 3
-    for mode in V.VSL_MODES:
+    for mode in ("LMData_VSL", "Summarization_VSL", "Chat_VSL"):
         assert V.mode_features(mode) == VSL_FEATURES and spec(mode).num_features == 5
-    assert V.mode_features(V.DPO) == DPO_FEATURES and spec(V.DPO).num_features == 6
-    assert spec(V.DPO).sides == ("chosen", "rejected") == V.DPO_SIDES
-    assert spec(V.CHAT).sides == ("",) and spec(V.LMDATA_VSL).sides == ("",)
+    assert V.mode_features("DPO") == DPO_FEATURES and spec("DPO").num_features == 6
+    assert spec("DPO").sides == ("chosen", "rejected") == ("chosen", "rejected")
+    assert spec("Chat").sides == ("",) and spec("LMData_VSL").sides == ("",)
 
 
 def test_recorded_features_decide_what_rows_hold():
     odd = ("input_ids", "labels")
-    assert spec(V.LMDATA, features=odd).feature_names == odd and spec(V.LMDATA, features=odd).num_features == 2
-    assert not spec(V.LMDATA, features=odd).rows_known  # the mode-specific checks need the mode's own features
-    assert spec(V.LMDATA, features=LM_FEATURES).rows_known and spec(V.LMDATA).rows_known
+    assert spec("LMData", features=odd).feature_names == odd and spec("LMData", features=odd).num_features == 2
+    assert not spec("LMData", features=odd).rows_known  # the mode-specific checks need the mode's own features
+    assert spec("LMData", features=LM_FEATURES).rows_known and spec("LMData").rows_known
     assert not spec(None).rows_known
-    assert spec(V.DPO, features=DPO_FEATURES).sides == V.DPO_SIDES
-    assert spec(V.DPO, features=LM_FEATURES).sides == ("",)  # DPO rows of 3 features: one sequence each
+    assert spec("DPO", features=DPO_FEATURES).sides == ("chosen", "rejected")
+    assert spec("DPO", features=LM_FEATURES).sides == ("",)  # DPO rows of 3 features: one sequence each
 
 
 def _ours(mode="LMData", **sections):
@@ -67,18 +67,23 @@ def test_dataset_spec_reads_mode_producer_numbers_and_features():
     params = _ours("Summarization", processing={"max_seq_length": 128}, dataset={"inverted_mask": True},
                    **{"post-process": {"vocab_size": 1000, "eos_id": np.int64(3), "pad_id": 4}})
     got, notes = V.dataset_spec(params)
-    assert got == V.DatasetSpec(V.SUMMARIZATION, V.OURS, True, 128, 1000, 3, 4, LM_FEATURES)
+    assert got == V.DatasetSpec("Summarization", V.OURS, True, 128, 1000, 3, 4, LM_FEATURES)
     assert notes == []
     assert isinstance(got.eos_id, int)
     # The reference writes no setup.mode: its dataset_processor names the mode.
-    for processor, mode in V._PROCESSORS.items():
+    # Cerebras' processor names, as its data_params.json writes them (MODES.md).
+    processors = {"LMDataPreprocessor": "LMData", "SummarizationPreprocessor": "Summarization",
+                  "FIMDataPreprocessor": "FIM", "VSLLMDataPreprocessor": "LMData_VSL",
+                  "VSLSummarizationPreprocessor": "Summarization_VSL", "ChatPreprocessor": "Chat",
+                  "VSLChatPreprocessor": "Chat_VSL", "DPOPreprocessor": "DPO"}
+    for processor, mode in processors.items():
         got, notes = V.dataset_spec({"setup": {"dataset_processor": processor}})
         assert (got.mode, got.producer, got.features) == (mode, V.REFERENCE, None)
         assert notes == []  # the reference writes no features list: nothing to say about it
     # setup.mode wins over the processor
     got, _ = V.dataset_spec({"setup": {"mode": "FIM", "dataset_processor": "LMDataPreprocessor"}, "features": list(
         LM_FEATURES)})
-    assert (got.mode, got.producer) == (V.FIM, V.OURS)
+    assert (got.mode, got.producer) == ("FIM", V.OURS)
 
 
 @pytest.mark.parametrize("value", [True, 1.0, "128", None, [128]])
@@ -219,52 +224,52 @@ LM = np.stack([_row([1, 2, 3], [1, 1, 1], [2, 3, EOS]),
 
 
 def test_loss_positions_and_real_lengths():
-    assert V.loss_positions(LM, spec(V.LMDATA)).sum(axis=1).tolist() == [3, 8, 0]
-    assert V.real_lengths(LM, spec(V.LMDATA)).tolist() == [3, 8, 0]
+    assert V.loss_positions(LM, spec("LMData")).sum(axis=1).tolist() == [3, 8, 0]
+    assert V.real_lengths(LM, spec("LMData")).tolist() == [3, 8, 0]
     inverted = LM.copy()
     inverted[:, 1] = 1 - inverted[:, 1]
-    assert V.real_lengths(inverted, spec(V.LMDATA, inverted=True)).tolist() == [3, 8, 0]
+    assert V.real_lengths(inverted, spec("LMData", inverted=True)).tolist() == [3, 8, 0]
     # a trailing EOS input: one more real position, never past the row, none without a trained one
-    assert V.real_lengths(LM, spec(V.SUMMARIZATION)).tolist() == [4, 8, 0]
-    assert V.real_lengths(LM, spec(V.FIM)).tolist() == [4, 8, 0]
+    assert V.real_lengths(LM, spec("Summarization")).tolist() == [4, 8, 0]
+    assert V.real_lengths(LM, spec("FIM")).tolist() == [4, 8, 0]
     gaps = _row([1, 2, 3, 4, 5], [0, 1, 0, 1, 0], [2, 3, 4, 5, EOS])[None]
-    assert V.real_lengths(gaps, spec(V.CHAT)).tolist() == [4]  # up to the last trained position
+    assert V.real_lengths(gaps, spec("Chat")).tolist() == [4]  # up to the last trained position
     assert V._loss_end(np.array([[True, False, False], [False, False, True], [False] * 3])).tolist() == [1, 3, 0]
 
 
 def test_sequences_split_dpo_rows_into_sides():
     rows = np.arange(2 * 6 * 4).reshape(2, 6, 4)
-    seqs = V.sequences(rows, spec(V.DPO))
+    seqs = V.sequences(rows, spec("DPO"))
     assert seqs.shape == (4, 3, 4)
     assert (seqs[1] == rows[0, 3:]).all() and (seqs[2] == rows[1, :3]).all()
-    assert V.sequences(rows, spec(V.CHAT)) is rows
-    assert V.sequences(rows[:, :3], spec(V.DPO)) is not None and V.sequences(rows[:, :3], spec(V.DPO)).shape == (
+    assert V.sequences(rows, spec("Chat")) is rows
+    assert V.sequences(rows[:, :3], spec("DPO")) is not None and V.sequences(rows[:, :3], spec("DPO")).shape == (
         2, 3, 4)  # not 6 features: left as they are
-    assert V.sequences(rows[0], spec(V.DPO)).shape == (6, 4)  # not a block of rows
+    assert V.sequences(rows[0], spec("DPO")).shape == (6, 4)  # not a block of rows
     square = np.zeros((6, 6), np.int64)
-    assert V.sequences(square, spec(V.DPO)) is square
-    assert V.sequences(LM, spec(V.LMDATA)) is LM
+    assert V.sequences(square, spec("DPO")) is square
+    assert V.sequences(LM, spec("LMData")) is LM
 
 
 def test_trained_runs_and_documents_per_row():
     rows = np.stack([_row([1, 2, 3, 4, 5], [1, 0, 1, 1, 0], [2, 3, 4, 5, 6]),
                      _row([1, 2], [1, 1], [2, 3]), _row([], [], [])])
-    assert V.trained_runs(rows, spec(V.CHAT)).tolist() == [2, 1, 0]
-    assert V.trained_runs(rows[:1], spec(V.CHAT, inverted=True)).tolist() == [2]  # the 0s: positions 1, 4 .. 7
-    assert V.documents_per_row(rows, spec(V.CHAT)).tolist() == [1, 1, 1]
-    assert V.documents_per_row(rows, spec(V.DPO)).tolist() == [1, 1, 1]
+    assert V.trained_runs(rows, spec("Chat")).tolist() == [2, 1, 0]
+    assert V.trained_runs(rows[:1], spec("Chat", inverted=True)).tolist() == [2]  # the 0s: positions 1, 4 .. 7
+    assert V.documents_per_row(rows, spec("Chat")).tolist() == [1, 1, 1]
+    assert V.documents_per_row(rows, spec("DPO")).tolist() == [1, 1, 1]
     # otherwise: EOS among the real inputs (documents that end inside the row)
     lm = np.stack([_row([1, EOS, 2, EOS], [1] * 4, [EOS, 2, EOS, 3]), _row([EOS, 1], [1, 1], [1, EOS])])
     lm[1, 0, 5] = EOS  # padding is not counted
-    assert V.documents_per_row(lm, spec(V.LMDATA)).tolist() == [2, 1]
-    assert V.documents_per_row(lm, spec(V.LMDATA, eos=None)).tolist() == [0, 0]
+    assert V.documents_per_row(lm, spec("LMData")).tolist() == [2, 1]
+    assert V.documents_per_row(lm, spec("LMData", eos=None)).tolist() == [0, 0]
     vsl = np.zeros((1, 5, 8), np.int64)
     vsl[0, 1, :6] = 1
     vsl[0, 4, :6] = [0, 1, 0, 1, 2, 0]
-    assert V.document_starts(vsl, spec(V.LMDATA_VSL)).tolist() == [[True, False, True, False, False, True, False,
+    assert V.document_starts(vsl, spec("LMData_VSL")).tolist() == [[True, False, True, False, False, True, False,
                                                                       False]]
-    assert V.documents_per_row(vsl, spec(V.LMDATA_VSL)).tolist() == [3]
-    assert V.documents_per_row(vsl[:, :3], spec(V.LMDATA_VSL)).tolist() == [0]  # 3 features: read by EOS
+    assert V.documents_per_row(vsl, spec("LMData_VSL")).tolist() == [3]
+    assert V.documents_per_row(vsl[:, :3], spec("LMData_VSL")).tolist() == [0]  # 3 features: read by EOS
 
 
 # ---------------------------------------------------------------------------------------- row checks
@@ -281,15 +286,15 @@ def test_ids_outside_the_vocabulary():
     rows[0, 0, 1] = VOCAB + 5
     rows[1, 0, 2] = VOCAB
     rows[1, 2, 7] = VOCAB + 1
-    got = check(rows, spec(V.LMDATA), start=10)
+    got = check(rows, spec("LMData"), start=10)
     assert "2 input_ids >= vocab_size 100 (max 105; first: row 10, position 1: 105)" in got
     assert "1 labels >= vocab_size 100 (max 101; first: row 11, position 7: 101)" in got
-    assert check(LM, spec(V.LMDATA), vocab=PAD + 1) == []  # the largest id is pad_id, 99
-    assert check(LM, spec(V.LMDATA), vocab=PAD)[:2] == [
+    assert check(LM, spec("LMData"), vocab=PAD + 1) == []  # the largest id is pad_id, 99
+    assert check(LM, spec("LMData"), vocab=PAD)[:2] == [
         "13 input_ids >= vocab_size 99 (max 99; first: row 0, position 3: 99)",
         "13 labels >= vocab_size 99 (max 99; first: row 0, position 3: 99)"]
     # unknown vocabulary: not checked, the rest is
-    assert check(rows, spec(V.LMDATA), vocab=None) == [
+    assert check(rows, spec("LMData"), vocab=None) == [
         "2 rows whose labels are not input_ids shifted by one in the real part (first: row 0, position 0: label 2, "
         "next input_id 105)"]
 
@@ -300,11 +305,11 @@ def test_negative_ids_and_mask_values():
     rows[2, 2, 3] = -7
     rows[1, 1, 4] = 2
     rows[2, 1, 6] = -1
-    got = check(rows, spec(V.LMDATA), start=3)
+    got = check(rows, spec("LMData"), start=3)
     assert "1 negative input_ids (first: row 3, position 0: -1)" in got
     assert "1 negative labels (first: row 5, position 3: -7)" in got
     assert "2 attention_mask values are neither 0 nor 1 (first: row 4, position 4: 2)" in got
-    assert check(LM, spec(V.LMDATA)) == []
+    assert check(LM, spec("LMData")) == []
 
 
 def test_counts_and_first_examples_add_up_over_blocks():
@@ -314,7 +319,7 @@ def test_counts_and_first_examples_add_up_over_blocks():
     later = LM.copy()
     later[1, 0, 1] = VOCAB + 3
     later[1, 0, 2] = VOCAB + 2
-    checker = V.RowChecker(spec(V.LMDATA), VOCAB)
+    checker = V.RowChecker(spec("LMData"), VOCAB)
     checker.add(rows, 0)
     checker.add(later, 3)
     problems = checker.problems()
@@ -325,7 +330,7 @@ def test_counts_and_first_examples_add_up_over_blocks():
 
 
 def test_rows_of_another_width_or_no_rows_are_not_checked():
-    checker = V.RowChecker(spec(V.LMDATA), VOCAB)
+    checker = V.RowChecker(spec("LMData"), VOCAB)
     bad = LM.copy()
     bad[0, 0, 0] = -1
     checker.add(np.concatenate([bad, bad[:, :2]], axis=1))  # 5 features for a 3-feature spec
@@ -335,14 +340,14 @@ def test_rows_of_another_width_or_no_rows_are_not_checked():
 
 
 def test_rows_without_a_trained_position_are_noted():
-    checker = V.RowChecker(spec(V.LMDATA), VOCAB)
+    checker = V.RowChecker(spec("LMData"), VOCAB)
     checker.add(LM)
     checker.add(LM[2:])
     assert checker.problems() == []
     assert checker.notes() == ["2 rows have no trained position (they teach nothing)"]
     dpo = np.zeros((1, 6, 8), np.int64)  # a DPO side without one is a problem, not a note
     dpo[:, [0, 2, 3, 5]] = PAD
-    checker = V.RowChecker(spec(V.DPO, features=DPO_FEATURES), VOCAB)
+    checker = V.RowChecker(spec("DPO", features=DPO_FEATURES), VOCAB)
     checker.add(dpo)
     assert checker.notes() == []
     assert checker.problems() == ["2 sides whose mask is not one run of trained positions (those whose labels are "
@@ -354,36 +359,36 @@ def test_unknown_modes_and_layouts_get_only_the_generic_checks():
     rows[0, 2, 0] = 7  # breaks the shift
     rows[0, 1, 6] = 1  # breaks the prefix
     assert check(rows, spec(None)) == []
-    assert check(rows, spec(V.LMDATA, features=("a", "b", "c"))) == []
-    assert check(rows, spec(V.LMDATA)) == [
+    assert check(rows, spec("LMData", features=("a", "b", "c"))) == []
+    assert check(rows, spec("LMData")) == [
         "1 row whose mask is not trained positions first, then untrained ones as LMData writes it (first: row 0)",
         "1 row whose labels are not input_ids shifted by one in the real part (first: row 0, position 0: label 7, "
         "next input_id 2)"]
 
 
 def test_lmdata_rows():
-    assert check(LM, spec(V.LMDATA)) == []
+    assert check(LM, spec("LMData")) == []
     rows = LM.copy()
     rows[0, 1, 1] = 0  # a hole in the trained prefix
-    assert check(rows, spec(V.LMDATA), start=4) == [
+    assert check(rows, spec("LMData"), start=4) == [
         "1 row whose mask is not trained positions first, then untrained ones as LMData writes it (first: row 4)"]
     rows = LM.copy()
     rows[0, 1, 0] = 0  # the prefix must start at position 0
     assert "1 row whose mask is not trained positions first, then untrained ones as LMData writes it (first: row 0)" \
-           in check(rows, spec(V.LMDATA))
+           in check(rows, spec("LMData"))
     rows = LM.copy()
     rows[0, 0, 3] = 7  # padding
     rows[0, 2, 5] = 8
     rows[1, 2, 7] = 9  # the last real label: the stream's next token, free
-    assert check(rows, spec(V.LMDATA)) == [
+    assert check(rows, spec("LMData")) == [
         "1 input_ids after the real part are not pad_id 99 (first: row 0, position 3: 7)",
         "1 labels after the real part are not pad_id 99 (first: row 0, position 5: 8)"]
-    assert check(rows, spec(V.LMDATA, pad=None)) == []  # pad_id unknown: padding is not checked
+    assert check(rows, spec("LMData", pad=None)) == []  # pad_id unknown: padding is not checked
     inverted = LM.copy()
     inverted[:, 1] = 1 - inverted[:, 1]
-    assert check(inverted, spec(V.LMDATA, inverted=True)) == []
+    assert check(inverted, spec("LMData", inverted=True)) == []
     inverted[0, 1, 1] = 1
-    assert check(inverted, spec(V.LMDATA, inverted=True)) == [
+    assert check(inverted, spec("LMData", inverted=True)) == [
         "1 row whose inverted mask is not trained positions first, then untrained ones as LMData writes it "
         "(first: row 0)"]
 
@@ -402,26 +407,26 @@ SUMM = np.stack([_x([1, 2, 3, 4, EOS], 3), _x([5, 6, 7, 8, 9, 10, 11, EOS], 2), 
 
 
 def test_summarization_rows():
-    assert check(SUMM, spec(V.SUMMARIZATION)) == []
-    assert V.real_lengths(SUMM, spec(V.SUMMARIZATION)).tolist() == [5, 8, 8]
+    assert check(SUMM, spec("Summarization")) == []
+    assert V.real_lengths(SUMM, spec("Summarization")).tolist() == [5, 8, 8]
     rows = SUMM.copy()
     rows[0, 1, 0] = 1  # two runs: the prompt's first position trained
-    assert check(rows, spec(V.SUMMARIZATION), start=2) == [
+    assert check(rows, spec("Summarization"), start=2) == [
         "1 row whose mask is not one run of trained positions (completion + EOS) as Summarization writes it (first: "
         "row 2)"]
     rows = SUMM.copy()
     rows[1, 2, 7] = 5  # the trailing EOS input's label (the row's last position) is padding
-    assert check(rows, spec(V.SUMMARIZATION)) == [
+    assert check(rows, spec("Summarization")) == [
         "1 labels after the last trained position are not pad_id 99 (first: row 1, position 7: 5)"]
     rows = SUMM.copy()
     rows[2, 2, 7] = 7  # the last trained label (the row's last position) is EOS
-    assert check(rows, spec(V.SUMMARIZATION)) == ["1 row whose last trained label is not EOS 50 (first: row 2, "
+    assert check(rows, spec("Summarization")) == ["1 row whose last trained label is not EOS 50 (first: row 2, "
                                                   "position 7: 7)"]
-    assert check(rows, spec(V.SUMMARIZATION, eos=None)) == []
+    assert check(rows, spec("Summarization", eos=None)) == []
     rows = SUMM.copy()
     rows[0, 2, 6] = 3  # padding labels are the next (pad) input: x[:-1], x[1:] everywhere
     rows[0, 0, 7] = 4
-    got = check(rows, spec(V.SUMMARIZATION))
+    got = check(rows, spec("Summarization"))
     assert got == ["1 row whose labels are not input_ids shifted by one (x[:-1], x[1:] construction) (first: row 0, "
                    "position 6: label 3, next input_id 4)",
                    "1 input_ids after the real part are not pad_id 99 (first: row 0, position 7: 4)",
@@ -430,18 +435,18 @@ def test_summarization_rows():
 
 def test_fim_rows():
     fim = np.stack([_x([1, 2, 3, EOS], 1), _x(list(range(1, 9)) + [EOS], 1)])
-    assert check(fim, spec(V.FIM)) == []
+    assert check(fim, spec("FIM")) == []
     rows = fim.copy()
     rows[0, 1, 1] = 0
-    assert check(rows, spec(V.FIM)) == ["1 row whose mask is not trained positions first, then untrained ones as FIM "
+    assert check(rows, spec("FIM")) == ["1 row whose mask is not trained positions first, then untrained ones as FIM "
                                         "writes it (first: row 0)"]
     rows = fim.copy()
     rows[0, 2, 2] = 3
-    got = check(rows, spec(V.FIM))
+    got = check(rows, spec("FIM"))
     assert "1 row whose last trained label is not EOS 50 (first: row 0, position 2: 3)" in got
     rows = fim.copy()
     rows[1, 2, 3] = 3
-    assert check(rows, spec(V.FIM)) == [
+    assert check(rows, spec("FIM")) == [
         "1 row whose labels are not input_ids shifted by one (x[:-1], x[1:] construction) (first: row 1, position 3: "
         "label 3, next input_id 5)"]
 
@@ -450,69 +455,69 @@ def test_several_rows_with_one_problem_are_counted_as_rows():
     rows = np.concatenate([SUMM, SUMM])
     rows[1, 2, 1] = rows[4, 2, 1] = 60
     rows[1, 2, 2] = 61
-    assert check(rows, spec(V.SUMMARIZATION), start=1) == [
+    assert check(rows, spec("Summarization"), start=1) == [
         "2 rows whose labels are not input_ids shifted by one (x[:-1], x[1:] construction) (first: row 2, position 1: "
         "label 60, next input_id 7)"]
     rows = np.concatenate([SUMM, SUMM])
     rows[0, 2, 3] = rows[3, 2, 3] = 1
     assert "2 rows whose last trained label is not EOS 50 (first: row 0, position 3: 1)" in check(
-        rows, spec(V.SUMMARIZATION))
+        rows, spec("Summarization"))
     rows = np.concatenate([LM, LM])
     rows[0, 1, 1] = rows[3, 1, 1] = 0
-    assert check(rows, spec(V.LMDATA))[0].startswith("2 rows whose mask")
+    assert check(rows, spec("LMData"))[0].startswith("2 rows whose mask")
     rows = LM.copy()
     rows[2, 0, 2:4] = 1  # two wrong padding positions in one row: padding is counted in positions
-    assert check(rows, spec(V.LMDATA)) == ["2 input_ids after the real part are not pad_id 99 (first: row 2, "
+    assert check(rows, spec("LMData")) == ["2 input_ids after the real part are not pad_id 99 (first: row 2, "
                                            "position 2: 1)"]
 
 
 def test_describe_names_the_unit_and_the_mask():
-    vsl = spec(V.CHAT_VSL)
+    vsl = spec("Chat_VSL")
     assert V._describe("vsl_start", 1, "row 0", None, VOCAB, vsl).startswith(
         "1 row whose real part does not start with a conversation (position_ids[0] is not 0)")
-    assert "each document's start" in V._describe("vsl_position_ids", 2, "row 0", None, VOCAB, spec(V.LMDATA_VSL))
-    dpo = spec(V.DPO, features=DPO_FEATURES)
+    assert "each document's start" in V._describe("vsl_position_ids", 2, "row 0", None, VOCAB, spec("LMData_VSL"))
+    dpo = spec("DPO", features=DPO_FEATURES)
     assert V._describe("shift", 2, "x", None, VOCAB, dpo).startswith("2 sides whose labels are not input_ids shifted "
                                                                      "by one over the trained positions (the "
                                                                      "response)")
     assert V._describe("dpo_prompts", 2, "x", None, VOCAB, dpo).startswith("2 rows whose chosen and rejected")
     assert V._describe("shift", 1, "x", None, VOCAB, spec(None)) == (
         "1 row whose labels are not input_ids shifted by one (x[:-1], x[1:] construction) (first: x)")
-    assert V._describe("pad_attention_mask", 2, "x", 1, VOCAB, spec(V.CHAT, inverted=True)) == (
+    assert V._describe("pad_attention_mask", 2, "x", 1, VOCAB, spec("Chat", inverted=True)) == (
         "2 padding positions are trained: inverted mask not 1 (first: x)")
-    assert V._describe("pad_position_ids", 3, "x", 0, VOCAB, spec(V.LMDATA_VSL)) == (
+    assert V._describe("pad_position_ids", 3, "x", 0, VOCAB, spec("LMData_VSL")) == (
         "3 position_ids after the real part are not 0 (first: x)")
-    assert V._describe("doc_last_label", 2, "x", EOS, VOCAB, spec(V.SUMMARIZATION_VSL)) == (
+    assert V._describe("doc_last_label", 2, "x", EOS, VOCAB, spec("Summarization_VSL")) == (
         "2 documents whose last label (a trained position) is not EOS 50 (first: x)")
-    assert V._describe("something_new", 4, "x", None, VOCAB, spec(V.LMDATA)) == "4 something_new (first: x)"
+    assert V._describe("something_new", 4, "x", None, VOCAB, spec("LMData")) == "4 something_new (first: x)"
 
 
 # --------------------------------------------------------------------------------------------- counts
 
 
 def test_count_rows():
-    got = V.count_rows(LM, spec(V.LMDATA))
+    got = V.count_rows(LM, spec("LMData"))
     assert got == Counter({"num_sequences": 3, "num_tokens": 24, "loss_valid_tokens": 11, "num_masked_tokens": 13,
                            "non_pad_tokens": 11, "num_pad_tokens": 13, "input_ids_equal_pad_id": 13})
-    assert "input_ids_equal_pad_id" not in V.count_rows(LM, spec(V.LMDATA, pad=None))
-    assert V.count_rows(LM[:0], spec(V.LMDATA)) == Counter()
-    assert V.count_rows(np.zeros((0,), np.int64), spec(V.LMDATA)) == Counter()
-    summ = V.count_rows(SUMM, spec(V.SUMMARIZATION))
+    assert "input_ids_equal_pad_id" not in V.count_rows(LM, spec("LMData", pad=None))
+    assert V.count_rows(LM[:0], spec("LMData")) == Counter()
+    assert V.count_rows(np.zeros((0,), np.int64), spec("LMData")) == Counter()
+    summ = V.count_rows(SUMM, spec("Summarization"))
     assert (summ["loss_valid_tokens"], summ["non_pad_tokens"], summ["num_pad_tokens"]) == (2 + 6 + 7, 5 + 8 + 8, 3)
 
 
 def test_count_rows_in_the_references_conventions():
     rows = LM.copy()
     rows[0, 0, 1] = EOS
-    ref = V.count_rows(rows, spec(V.LMDATA, producer=V.REFERENCE))
+    ref = V.count_rows(rows, spec("LMData", producer=V.REFERENCE))
     assert ref["mask_sum"] == 11
     assert ref["input_ids_not_eos_or_pad"] == 2 + 8  # row 0: 1, 3 (EOS and pad left out); row 1: all 8
     inverted = rows.copy()
     inverted[:, 1] = 1 - inverted[:, 1]
-    assert V.count_rows(inverted, spec(V.LMDATA, producer=V.REFERENCE, inverted=True))["mask_sum"] == 13
-    assert "input_ids_not_eos_or_pad" not in V.count_rows(rows, spec(V.LMDATA, producer=V.REFERENCE, eos=None))
-    assert "input_ids_not_eos_or_pad" not in V.count_rows(rows, spec(V.LMDATA, producer=V.REFERENCE, pad=None))
-    assert "mask_sum" not in V.count_rows(rows, spec(V.LMDATA))
+    assert V.count_rows(inverted, spec("LMData", producer=V.REFERENCE, inverted=True))["mask_sum"] == 13
+    assert "input_ids_not_eos_or_pad" not in V.count_rows(rows, spec("LMData", producer=V.REFERENCE, eos=None))
+    assert "input_ids_not_eos_or_pad" not in V.count_rows(rows, spec("LMData", producer=V.REFERENCE, pad=None))
+    assert "mask_sum" not in V.count_rows(rows, spec("LMData"))
 
 
 def test_count_rows_of_vsl_and_dpo():
@@ -522,25 +527,25 @@ def test_count_rows_of_vsl_and_dpo():
     vsl[0, 4, :5] = [0, 1, 0, 0, 1]
     vsl[1, 1, :2] = 1
     vsl[1, 4, :2] = [0, 1]
-    got = V.count_rows(vsl, spec(V.LMDATA_VSL))
+    got = V.count_rows(vsl, spec("LMData_VSL"))
     assert got["num_sequences_before_packing"] == 4 and got["non_pad_tokens"] == 7
-    assert "num_sequences_before_packing" not in V.count_rows(vsl[:, :3], spec(V.LMDATA))
+    assert "num_sequences_before_packing" not in V.count_rows(vsl[:, :3], spec("LMData"))
     dpo = np.full((1, 6, 4), PAD, np.int64)
     dpo[0, [1, 4]] = [[0, 1, 0, 0], [0, 1, 1, 0]]
-    got = V.count_rows(dpo, spec(V.DPO))
+    got = V.count_rows(dpo, spec("DPO"))
     assert got == Counter({"num_sequences": 1, "num_tokens": 8, "loss_valid_tokens": 3, "num_masked_tokens": 5,
                            "non_pad_tokens": 3 + 4, "num_pad_tokens": 1, "input_ids_equal_pad_id": 8})
 
 
 def test_inputs_for_detokenizing():
-    assert V.real_inputs(LM, spec(V.LMDATA)) == [[1, 2, 3], list(range(4, 12)), []]
-    assert V.real_inputs(SUMM[:1], spec(V.SUMMARIZATION)) == [[1, 2, 3, 4, EOS]]
+    assert V.real_inputs(LM, spec("LMData")) == [[1, 2, 3], list(range(4, 12)), []]
+    assert V.real_inputs(SUMM[:1], spec("Summarization")) == [[1, 2, 3, 4, EOS]]
     dpo = np.full((1, 6, 4), PAD, np.int64)
     dpo[0, 0], dpo[0, 3] = [1, 2, 3, PAD], [1, 4, PAD, PAD]
     dpo[0, [1, 4]] = [[0, 1, 0, 0], [1, 0, 0, 0]]
-    assert V.real_inputs(dpo, spec(V.DPO)) == [[1, 2, 3], [1, 4]]
-    assert V.detokenized_inputs(LM, spec(V.LMDATA)) == [[1, 2, 3], list(range(4, 12)), []]
-    assert V.detokenized_inputs(LM[:1], spec(V.LMDATA, producer=V.REFERENCE)) == [[1, 2, 3] + [PAD] * 5]
+    assert V.real_inputs(dpo, spec("DPO")) == [[1, 2, 3], [1, 4]]
+    assert V.detokenized_inputs(LM, spec("LMData")) == [[1, 2, 3], list(range(4, 12)), []]
+    assert V.detokenized_inputs(LM[:1], spec("LMData", producer=V.REFERENCE)) == [[1, 2, 3] + [PAD] * 5]
     assert V.text_counts(["ab", "é", "", "😀"]) == Counter({"detokenized_chars": 4, "detokenized_bytes": 8})
     assert V.text_counts(["\ud800"]) == Counter({"detokenized_chars": 1, "detokenized_bytes": 3})  # a lone surrogate
     assert V.text_counts([]) == Counter({"detokenized_chars": 0, "detokenized_bytes": 0})
@@ -556,47 +561,47 @@ COUNTS = {"num_sequences": 4, "num_tokens": 32, "loss_valid_tokens": 20, "num_ma
 
 def test_expected_post_process():
     ours = {"n_examples": 4, "num_tokens": 32, "loss_valid_tokens": 20, "num_masked_tokens": 12, "num_pad_tokens": 8}
-    for mode in (V.LMDATA, V.SUMMARIZATION, V.FIM, V.CHAT, V.DPO):
+    for mode in ("LMData", "Summarization", "FIM", "Chat", "DPO"):
         assert V.expected_post_process(COUNTS, spec(mode)) == ours
-    assert V.expected_post_process(COUNTS, spec(V.LMDATA, producer=V.REFERENCE)) == ours
-    assert V.expected_post_process(COUNTS, spec(V.CHAT_VSL)) == {
+    assert V.expected_post_process(COUNTS, spec("LMData", producer=V.REFERENCE)) == ours
+    assert V.expected_post_process(COUNTS, spec("Chat_VSL")) == {
         **ours, "num_sequences_before_packing": 7, "vsl_packing_factor": 1.75}
     assert V.expected_post_process({"num_sequences": 3, "num_sequences_before_packing": 7},
-                                   spec(V.LMDATA_VSL))["vsl_packing_factor"] == 2.3333
-    assert V.expected_post_process({}, spec(V.LMDATA_VSL)) == {
+                                   spec("LMData_VSL"))["vsl_packing_factor"] == 2.3333
+    assert V.expected_post_process({}, spec("LMData_VSL")) == {
         "n_examples": 0, "num_tokens": 0, "loss_valid_tokens": 0, "num_masked_tokens": 0, "num_pad_tokens": 0,
         "num_sequences_before_packing": 0, "vsl_packing_factor": 0.0}
     # the reference: Summarization counts one pad and one masked token too many per row; FIM's pad tokens are
     # input ids equal to pad_id; its VSL script records only n_examples
-    assert V.expected_post_process(COUNTS, spec(V.SUMMARIZATION, producer=V.REFERENCE)) == {
+    assert V.expected_post_process(COUNTS, spec("Summarization", producer=V.REFERENCE)) == {
         **ours, "num_pad_tokens": 12, "num_masked_tokens": 16}
-    assert V.expected_post_process(COUNTS, spec(V.FIM, producer=V.REFERENCE)) == {**ours, "num_pad_tokens": 9}
+    assert V.expected_post_process(COUNTS, spec("FIM", producer=V.REFERENCE)) == {**ours, "num_pad_tokens": 9}
     without = {k: v for k, v in COUNTS.items() if k != "input_ids_equal_pad_id"}
-    assert V.expected_post_process(without, spec(V.FIM, producer=V.REFERENCE)) == {
+    assert V.expected_post_process(without, spec("FIM", producer=V.REFERENCE)) == {
         k: v for k, v in ours.items() if k != "num_pad_tokens"}
-    for mode in V.VSL_MODES:
+    for mode in ("LMData_VSL", "Summarization_VSL", "Chat_VSL"):
         assert V.expected_post_process(COUNTS, spec(mode, producer=V.REFERENCE)) == {"n_examples": 4}
     assert all(type(v) is int for v in V.expected_post_process(
-        {k: np.int64(v) for k, v in COUNTS.items()}, spec(V.FIM, producer=V.REFERENCE)).values())
+        {k: np.int64(v) for k, v in COUNTS.items()}, spec("FIM", producer=V.REFERENCE)).values())
 
 
 def test_expected_h5_dataset_stats():
     ours = {"num_sequences": 4, "num_tokens": 32, "loss_valid_tokens": 20, "non_pad_tokens": 24}
-    assert V.expected_h5_dataset_stats(COUNTS, spec(V.LMDATA)) == ours
-    assert V.expected_h5_dataset_stats(COUNTS, spec(V.LMDATA_VSL)) == ours
-    assert V.expected_h5_dataset_stats({}, spec(V.LMDATA)) == dict.fromkeys(ours, 0)
-    assert V.expected_h5_dataset_stats(COUNTS, spec(V.LMDATA, producer=V.REFERENCE)) == {
+    assert V.expected_h5_dataset_stats(COUNTS, spec("LMData")) == ours
+    assert V.expected_h5_dataset_stats(COUNTS, spec("LMData_VSL")) == ours
+    assert V.expected_h5_dataset_stats({}, spec("LMData")) == dict.fromkeys(ours, 0)
+    assert V.expected_h5_dataset_stats(COUNTS, spec("LMData", producer=V.REFERENCE)) == {
         **ours, "loss_valid_tokens": 21, "non_pad_tokens": 17}
-    assert V.expected_h5_dataset_stats(COUNTS, spec(V.LMDATA, producer=V.REFERENCE, pad=None)) == {
+    assert V.expected_h5_dataset_stats(COUNTS, spec("LMData", producer=V.REFERENCE, pad=None)) == {
         "num_sequences": 4, "num_tokens": 32, "loss_valid_tokens": 21}
-    assert V.expected_h5_dataset_stats(COUNTS, spec(V.LMDATA, producer=V.REFERENCE, eos=None)) == {
+    assert V.expected_h5_dataset_stats(COUNTS, spec("LMData", producer=V.REFERENCE, eos=None)) == {
         "num_sequences": 4, "num_tokens": 32, "loss_valid_tokens": 21}
-    assert V.expected_h5_dataset_stats({"num_tokens": 3}, spec(V.LMDATA, producer=V.REFERENCE)) == {
+    assert V.expected_h5_dataset_stats({"num_tokens": 3}, spec("LMData", producer=V.REFERENCE)) == {
         "num_sequences": 0, "num_tokens": 3, "loss_valid_tokens": 0, "non_pad_tokens": 0}
 
 
 def _good_params(counts=COUNTS, s=None):
-    s = s or spec(V.LMDATA)
+    s = s or spec("LMData")
     post = dict(V.expected_post_process(counts, s))
     post.update(processed_files=5, discarded_files=1, successful_files=4)
     return {"post-process": post,
@@ -611,7 +616,7 @@ DETOK = Counter({"detokenized_chars": 10, "detokenized_bytes": 12})
 
 
 def stats(params, s=None, files=FILES, detok=DETOK, note=""):
-    return V.check_stats(params, COUNTS, s or spec(V.LMDATA), file_rows=files, detokenized=detok,
+    return V.check_stats(params, COUNTS, s or spec("LMData"), file_rows=files, detokenized=detok,
                          detokenized_note=note)
 
 
@@ -630,7 +635,7 @@ def test_check_stats_post_process():
 
 
 def test_check_stats_packing_factor_tolerance():
-    s = spec(V.LMDATA_VSL)
+    s = spec("LMData_VSL")
     params = _good_params(s=s)
     for claimed, ok in ((1.75, True), (1.75004, True), (1.74996, True), (1.7501, False), (1.7499, False),
                         ("1.75", False), (True, False), (2, False), (None, False)):
@@ -724,7 +729,7 @@ def test_check_stats_input_accounting():
 
 def test_check_stats_of_the_reference():
     """The reference writes no h5_dataset_stats, input or files sections: not problems, said in a note."""
-    s = spec(V.SUMMARIZATION, producer=V.REFERENCE)
+    s = spec("Summarization", producer=V.REFERENCE)
     post = dict(V.expected_post_process(COUNTS, s))
     problems, notes = stats({"post-process": post}, s)
     assert problems == []
@@ -733,7 +738,7 @@ def test_check_stats_of_the_reference():
         "over-count (SPEC §1e)",
         "reference output: no h5_dataset_stats/input/files sections; document counters "
         "(processed/discarded/successful) and raw/normalized counts are not recountable from the files"]
-    s = spec(V.FIM, producer=V.REFERENCE)
+    s = spec("FIM", producer=V.REFERENCE)
     h5s = {**V.expected_h5_dataset_stats(COUNTS, s), **DETOK}
     problems, notes = stats({"post-process": dict(V.expected_post_process(COUNTS, s)), "h5_dataset_stats": h5s,
                              "files": FILES}, s)
@@ -745,7 +750,7 @@ def test_check_stats_of_the_reference():
         "included",
         "reference output: no input sections; document counters (processed/discarded/successful) and "
         "raw/normalized counts are not recountable from the files"]
-    s = spec(V.LMDATA_VSL, producer=V.REFERENCE)
+    s = spec("LMData_VSL", producer=V.REFERENCE)
     problems, notes = stats({"post-process": {"n_examples": 4}, "h5_dataset_stats": h5s, "files": FILES,
                              "input": _good_params()["input"]}, s)
     assert problems == []
@@ -753,7 +758,7 @@ def test_check_stats_of_the_reference():
                         "there (MODES.md §A4)")
     assert notes[-1] == ("reference output: document counters (processed/discarded/successful) and raw/normalized "
                          "counts are not recountable from the files")
-    assert stats({"post-process": {"n_examples": 4}}, spec(V.LMDATA_VSL))[0] == [
+    assert stats({"post-process": {"n_examples": 4}}, spec("LMData_VSL"))[0] == [
         "post-process.num_tokens is missing", "post-process.loss_valid_tokens is missing",
         "post-process.num_masked_tokens is missing", "post-process.num_pad_tokens is missing",
         "post-process.num_sequences_before_packing is missing", "post-process.vsl_packing_factor is missing",
@@ -764,7 +769,7 @@ def test_check_stats_of_the_reference():
 
 
 def config(params=None, s=None, msls=(8,), vocab_flag=None, msl_flag=None, tokenizer_vocab=None):
-    return V.check_config(params if params is not None else {}, s or spec(V.LMDATA, msl=8), file_msls=list(msls),
+    return V.check_config(params if params is not None else {}, s or spec("LMData", msl=8), file_msls=list(msls),
                           vocab_flag=vocab_flag, msl_flag=msl_flag, tokenizer_vocab=tokenizer_vocab)
 
 
@@ -782,27 +787,27 @@ def test_check_config_features():
         "features is ['input_ids', 'attention_mask', 'labels', 'attention_span', 'position_ids'], but LMData rows "
         "hold ['input_ids', 'attention_mask', 'labels']"]
     assert config({"features": ["x"]}, s=spec(None)) == ([], [])  # no mode to compare with
-    assert config(None, s=spec(V.LMDATA, msl=8)) == ([], [])
+    assert config(None, s=spec("LMData", msl=8)) == ([], [])
 
 
 def test_check_config_lengths_and_vocabulary():
     assert config(msls=(8, 16, 8))[0] == ["files hold rows of different lengths: [8, 16]",
                                           "processing.max_seq_length is 8, but files hold rows of 16"]
     assert config(msls=(16,))[0] == ["processing.max_seq_length is 8, but files hold rows of 16"]
-    assert V.check_config(None, spec(V.LMDATA, msl=8), file_msls=[16], vocab_flag=None, msl_flag=None,
+    assert V.check_config(None, spec("LMData", msl=8), file_msls=[16], vocab_flag=None, msl_flag=None,
                           tokenizer_vocab=None) == ([], [])  # without data_params.json: nothing configured
-    assert config(msls=(16,), s=spec(V.LMDATA)) == ([], [])
+    assert config(msls=(16,), s=spec("LMData")) == ([], [])
     assert config(msl_flag=16)[0] == ["the model's max_seq_length 16 != processing.max_seq_length 8"]
-    assert config(msl_flag=16, s=spec(V.LMDATA)) == ([], [])
+    assert config(msl_flag=16, s=spec("LMData")) == ([], [])
     assert config(vocab_flag=VOCAB - 1)[0] == [
         "post-process.vocab_size 100 > the model's vocab_size 99: the tokenizer can emit ids the model cannot embed"]
-    assert config(vocab_flag=VOCAB - 1, s=spec(V.LMDATA, msl=8, vocab=None)) == ([], [])
+    assert config(vocab_flag=VOCAB - 1, s=spec("LMData", msl=8, vocab=None)) == ([], [])
     assert config(tokenizer_vocab=VOCAB + 2)[0] == [
         "post-process.vocab_size is 100, the tokenizer rebuilt from data_params.json has 102"]
-    assert config(tokenizer_vocab=VOCAB + 2, s=spec(V.LMDATA, producer=V.REFERENCE, msl=8)) == ([], [
+    assert config(tokenizer_vocab=VOCAB + 2, s=spec("LMData", producer=V.REFERENCE, msl=8)) == ([], [
         "post-process.vocab_size is 100, the tokenizer rebuilt from data_params.json has 102 (the reference's HF "
         "vocab_size excludes added tokens, SPEC §1h-15)"])
-    assert config(tokenizer_vocab=VOCAB + 2, s=spec(V.LMDATA, msl=8, vocab=None)) == ([], [])
+    assert config(tokenizer_vocab=VOCAB + 2, s=spec("LMData", msl=8, vocab=None)) == ([], [])
 
 
 # ------------------------------------------------------------------------------------- more row checks
@@ -828,22 +833,22 @@ def test_documents_are_counted_as_integers_and_padding_is_no_document():
     """pad_id may be EOS (GPT-2): an EOS in the padding ends no document."""
     lm = np.stack([_row([1, EOS, 2], [1, 1, 1], [EOS, 2, EOS]), _row([3], [1], [EOS])])
     lm[:, [0, 2], 3:] = EOS
-    got = V.documents_per_row(lm, spec(V.LMDATA, pad=EOS))
+    got = V.documents_per_row(lm, spec("LMData", pad=EOS))
     assert got.tolist() == [1, 0] and got.dtype == np.int64
-    for mode in (V.CHAT, V.DPO, V.LMDATA):
-        s = spec(mode, eos=None) if mode == V.LMDATA else spec(mode)
+    for mode in ("Chat", "DPO", "LMData"):
+        s = spec(mode, eos=None) if mode == "LMData" else spec(mode)
         assert V.documents_per_row(LM, s).dtype == np.int64
 
 
 def test_a_single_trained_position_is_a_trained_row():
     """A row trained at position 0 only has loss: it is no row without loss, and its checks apply."""
     one = _x([5, EOS], 1)[None]  # Summarization: an empty completion, the EOS label at position 0
-    checker = V.RowChecker(spec(V.SUMMARIZATION), VOCAB)
+    checker = V.RowChecker(spec("Summarization"), VOCAB)
     checker.add(one)
     assert checker.problems() == [] and checker.notes() == []
     bad = one.copy()
     bad[0, 2, 0] = 7
-    assert check(bad, spec(V.SUMMARIZATION)) == [
+    assert check(bad, spec("Summarization")) == [
         "1 row whose labels are not input_ids shifted by one (x[:-1], x[1:] construction) (first: row 0, position 0: "
         "label 7, next input_id 50)",
         "1 row whose last trained label is not EOS 50 (first: row 0, position 0: 7)"]
@@ -852,7 +857,7 @@ def test_a_single_trained_position_is_a_trained_row():
 def test_vsl_rows_without_a_known_pad_id():
     """pad_id unknown: the documents are still read from the mask and the position ids, and padding must still
     have span and position 0."""
-    s = spec(V.LMDATA_VSL, pad=None)
+    s = spec("LMData_VSL", pad=None)
     assert check(LM_VSL, s) == []
     rows = LM_VSL.copy()
     rows[1, 3, 5] = 2
@@ -866,27 +871,27 @@ def test_row_counts_of_the_chat_vsl_and_dpo_checks():
     """Problems found per sequence are counted in rows (DPO: sides), not in positions."""
     rows = np.concatenate([LM_VSL, LM_VSL])
     rows[0, 2, 0] = rows[0, 2, 1] = rows[2, 2, 0] = 9
-    assert check(rows, spec(V.LMDATA_VSL), start=4) == [
+    assert check(rows, spec("LMData_VSL"), start=4) == [
         "2 rows whose labels are not input_ids shifted by one inside each document (first: row 4, position 0: "
         "label 9, next input_id 2)"]
     chat = np.stack([_row([1, 2, 3], [0, 1, 1], [2, 3, EOS])] * 3)
     chat[0, 2, 0] = chat[2, 2, 1] = 7
-    assert check(chat, spec(V.CHAT)) == [
+    assert check(chat, spec("Chat")) == [
         "2 rows whose labels are not input_ids shifted by one in the real part (first: row 0, position 0: label 7, "
         "next input_id 2)"]
 
 
 def test_summarization_vsl_messages():
     summ = np.stack([_vsl([([1, 2, 3, EOS], [0, 0, 1, 1]), ([4, 5, 6, EOS], [0, 1, 1, 1])])])
-    assert check(summ, spec(V.SUMMARIZATION_VSL)) == []
+    assert check(summ, spec("Summarization_VSL")) == []
     rows = summ.copy()
     rows[0, 2, 0] = 9
-    assert check(rows, spec(V.SUMMARIZATION_VSL)) == [
+    assert check(rows, spec("Summarization_VSL")) == [
         "1 row whose labels are not input_ids shifted by one inside each document (first: row 0, position 0: label 9, "
         "next input_id 2)"]
     rows = summ.copy()
     rows[0, 1, 1:3] = 0  # document 1 trains nothing: its last position is the first problem
-    assert check(rows, spec(V.SUMMARIZATION_VSL)) == [
+    assert check(rows, spec("Summarization_VSL")) == [
         "1 row whose mask is not one run of trained positions per document, ending at its last position as "
         "Summarization_VSL writes it (first: row 0, position 2: a document's last position, not trained)"]
 
@@ -894,12 +899,12 @@ def test_summarization_vsl_messages():
 def test_vsl_position_ids_from_the_second_position_on():
     rows = LM_VSL.copy()
     rows[0, 4, 0] = 1  # the first position: only "does not start with a document"
-    assert check(rows, spec(V.LMDATA_VSL)) == [
+    assert check(rows, spec("LMData_VSL")) == [
         "1 row whose real part does not start with a document (position_ids[0] is not 0) (first: row 0, position 0: "
         "position_ids 1)"]
     rows = LM_VSL.copy()
     rows[1, 4, 1] = 3
-    assert check(rows, spec(V.LMDATA_VSL)) == [
+    assert check(rows, spec("LMData_VSL")) == [
         "1 row whose position_ids do not count 0, 1, 2, ... from each document's start (first: row 1, position 1: 3, "
         "expected 1)"]
 
@@ -907,7 +912,7 @@ def test_vsl_position_ids_from_the_second_position_on():
 def test_the_first_padding_position_trained():
     rows = LM_VSL.copy()
     rows[1, 1, 2] = 1  # row 1's real part is positions 0-1
-    assert check(rows, spec(V.LMDATA_VSL)) == [
+    assert check(rows, spec("LMData_VSL")) == [
         "1 padding position is trained: mask not 0 (first: row 1, position 2: 1)"]
 
 
@@ -921,7 +926,7 @@ def test_a_dpo_side_without_a_trained_position_is_not_compared():
         row[0, 3 * k + 1] = 0
         row[0, 3 * k + 1, len(prompt) - 1:len(s) - 1] = 1
         row[0, 3 * k + 2, len(prompt) - 1:len(s) - 1] = response
-    dpo = spec(V.DPO, features=DPO_FEATURES)
+    dpo = spec("DPO", features=DPO_FEATURES)
     assert check(row, dpo) == []
     for side in (0, 1):
         bad = row.copy()
@@ -934,8 +939,8 @@ def test_a_dpo_side_without_a_trained_position_is_not_compared():
 
 
 def test_only_vsl_modes_count_documents_before_packing():
-    assert V.count_rows(LM_VSL, spec(V.LMDATA_VSL))["num_sequences_before_packing"] == 3
-    assert "num_sequences_before_packing" not in V.count_rows(LM_VSL, spec(V.LMDATA, features=VSL_FEATURES))
+    assert V.count_rows(LM_VSL, spec("LMData_VSL"))["num_sequences_before_packing"] == 3
+    assert "num_sequences_before_packing" not in V.count_rows(LM_VSL, spec("LMData", features=VSL_FEATURES))
 
 
 def test_statistics_boundaries_and_defaults():
@@ -943,7 +948,7 @@ def test_statistics_boundaries_and_defaults():
     assert V._same(0.00005, 0.0) and V._same(-0.00005, 0.0) and not V._same(0.0000501, 0.0)
     # without a reason given, the detokenized sizes are said to be unchecked for want of a tokenizer
     params = _good_params()
-    problems, notes = V.check_stats(params, COUNTS, spec(V.LMDATA), file_rows=FILES, detokenized=None)
+    problems, notes = V.check_stats(params, COUNTS, spec("LMData"), file_rows=FILES, detokenized=None)
     assert problems == [] and notes == ["h5_dataset_stats.detokenized_chars/bytes not checked: no tokenizer"]
     # the character average too is ceil(raw / n_examples)
     params["post-process"].update(raw_chars_count=9, average_chars_per_sequence=2)
@@ -954,5 +959,5 @@ def test_statistics_boundaries_and_defaults():
 def test_a_mask_layout_problem_names_its_row_in_the_file():
     rows = LM.copy()
     rows[1, 1, 2] = 0
-    assert check(rows, spec(V.LMDATA), start=5) == [
+    assert check(rows, spec("LMData"), start=5) == [
         "1 row whose mask is not trained positions first, then untrained ones as LMData writes it (first: row 6)"]

@@ -299,8 +299,8 @@ def test_packing_statistics_are_recounted(tmp_path):
 def test_vsl_statistics_in_both_conventions():
     rows = LM_ROWS.copy()
     rows[:, 1] = 1 - rows[:, 1]
-    ours = V.DatasetSpec(V.LMDATA_VSL, V.OURS, True, 8, VOCAB, EOS, PAD)
-    ref = V.DatasetSpec(V.LMDATA_VSL, V.REFERENCE, True, 8, VOCAB, EOS, PAD)
+    ours = V.DatasetSpec("LMData_VSL", V.OURS, True, 8, VOCAB, EOS, PAD)
+    ref = V.DatasetSpec("LMData_VSL", V.REFERENCE, True, 8, VOCAB, EOS, PAD)
     counts, ref_counts = V.count_rows(rows, ours), V.count_rows(rows, ref)
     assert V.documents_per_row(rows, ours).tolist() == [2, 1, 1, 1]
     assert V.expected_post_process(counts, ours) == {

@@ -49,7 +49,7 @@ def load_params(out_dir: str) -> tuple[Optional[dict], Optional[str]]:
 
 def doc_word(spec: V.DatasetSpec) -> str:
     """What a VSL segment is: a conversation in Chat_VSL, a document elsewhere."""
-    return "conversation" if spec.mode == V.CHAT_VSL else "document"
+    return spec.traits.unit if spec.vsl else "document"
 
 
 def add_tokenizer_flags(parser: argparse.ArgumentParser) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 from pipelines.tools.common import UsageError, add_tokenizer_flags, basename, doc_word, load_params, require_dir, \
     tokenizer_flags
 from transforms.core import verify as V
+from transforms.core.modes import TURNS
 from transforms.core.features import ATTENTION_MASK, ATTENTION_SPAN, INPUT_IDS, LABELS, POSITION_IDS, VSL_FEATURES
 from transforms.io import fs
 from transforms.io.dataset import list_h5_files, open_dataset_tokenizer, open_h5
@@ -207,7 +208,8 @@ def render_row(row: np.ndarray, spec: V.DatasetSpec, decode: Callable[[list[int]
             lines.append(f"… {msl - real} pad")
         return "\n".join(lines)
     tokens = row[INPUT_IDS, :real].tolist()
-    if spec.mode in (V.LMDATA, V.CHAT) and real:
+    if real and spec.traits is not None and not spec.vsl and not spec.trailing_eos_input:
+        # The last real input's label is the next token (LMData: the next window's first; Chat: the template's).
         tokens.append(int(row[LABELS, real - 1]))
     # tokens[k] (k >= 1) is the label of position k - 1.
     trained = [False] + [bool(loss[k - 1]) for k in range(1, len(tokens))]
@@ -281,7 +283,7 @@ def inspect_row(out_dir: str, *, file: Optional[str] = None, row: int = 0, color
         if vsl:
             docs = _documents(r, real)
             what = _plural(len(docs), word)
-        elif spec.mode == V.CHAT:
+        elif spec.loss == TURNS:
             what = _plural(int(V.trained_runs(r[None], spec)[0]), "trained span")
         else:
             eos_spec = dataclasses.replace(spec, eos_id=tok.eos_id if tok else spec.eos_id)

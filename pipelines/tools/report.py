@@ -20,6 +20,7 @@ import numpy as np
 
 from pipelines.tools.common import basename, doc_word, load_params, require_dir
 from transforms.core import verify as V
+from transforms.core.modes import TURNS
 from transforms.io import fs
 from transforms.io.dataset import iter_row_blocks, list_h5_files, open_h5
 
@@ -61,7 +62,7 @@ def collect_report_data(out_dir: str) -> ReportData:
                 trained.append(loss.sum(axis=1).reshape(-1, k))
                 if k > 1:
                     docs.append(np.where(loss[::k].any(axis=1), np.argmax(loss[::k], axis=1) + 1, 0))
-                elif spec.mode == V.CHAT:
+                elif spec.loss == TURNS:
                     docs.append(V.trained_runs(block, spec))
                 else:
                     docs.append(V.documents_per_row(block, spec))
@@ -137,7 +138,7 @@ def _figures(data: ReportData) -> list[tuple[str, str, str]]:
     if dpo:
         third = plot("Prompt tokens per example", "The prompt both sides start with (|P|: the first trained position "
                      f"+ 1). {stats(data.docs)}.", hist(data.docs, "prompt tokens", int_bins(data.docs), "#4f9a5a"))
-    elif data.spec.mode == V.CHAT:
+    elif data.spec.loss == TURNS:
         third = plot("Trained spans per sequence", "Runs of trained positions in each row: the assistant turns it "
                      f"trains. {stats(data.docs, '{:.2f}')}.",
                      hist(data.docs, "trained spans", int_bins(data.docs), "#4f9a5a"))
@@ -250,7 +251,7 @@ def _key_numbers(data: ReportData) -> list[tuple[str, list]]:
                 "position_ids_dtype") + _CHAT_KEYS:
         if key in ds:
             config.append((key, ds[key]))
-    if data.spec.mode in (V.CHAT, V.CHAT_VSL, V.DPO) and "chat_template" in proc:
+    if data.spec.traits is not None and data.spec.traits.templated and "chat_template" in proc:
         template = proc["chat_template"]
         config.append(("chat_template", "the tokenizer's own" if template is None
                        else template if len(str(template)) <= 60 else str(template)[:59] + "…"))
@@ -274,7 +275,7 @@ def _key_numbers(data: ReportData) -> list[tuple[str, list]]:
             recount += [(f"{name} real tokens", int(real[:, i].sum())),
                         (f"{name} loss-valid tokens", int(data.trained[:, i].sum()))]
         recount.append(("prompt tokens (once per example)", int(data.docs.sum())))
-    elif data.spec.mode == V.CHAT:
+    elif data.spec.loss == TURNS:
         recount.append(("trained spans (assistant turns)", int(data.docs.sum())))
     elif data.spec.vsl:
         docs = int(data.docs.sum())

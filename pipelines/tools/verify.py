@@ -21,6 +21,7 @@ from pipelines.tools.common import UsageError, add_tokenizer_flags, basename, lo
     tokenizer_flags
 from transforms.core import verify as V
 from transforms.core.mixture import check_mixture
+from transforms.core.modes import mode_of_processor
 from transforms.core.stats import check_accounting
 from transforms.io import fs
 from transforms.io.dataset import PARAMS_FILE, file_layout, iter_row_blocks, list_h5_files, open_dataset_tokenizer, \
@@ -212,7 +213,7 @@ def _verify_split_job(out_dir: str, summary: dict, **flags) -> VerifyResult:
     res.problems += [f"{PARAMS_FILE}: {p}" for p in check_accounting(inp)] if inp else []
     if inp and isinstance(summary.get("mixture"), dict):  # a mixture's plan is the job's, its section the summary's
         res.problems += [f"{PARAMS_FILE}: {p}" for p in check_mixture(summary["mixture"], inp,
-                                                                      encoded=res.mode in (V.CHAT, V.CHAT_VSL, V.DPO))]
+                                                                      encoded=_templated(res.mode))]
     if inp and documents != inp["good"]:
         res.problems.append(f"{PARAMS_FILE}: the outputs hold {documents} documents, the job read {inp['good']} "
                             "good ones")
@@ -234,3 +235,9 @@ def run(args: argparse.Namespace) -> int:
                             **tokenizer_flags(args))
     print("\n".join(result.lines()))
     return 0 if result.ok else 1
+
+
+def _templated(name) -> bool:
+    """Whether the mode of this name renders records with a chat template (False for an unknown one)."""
+    traits = mode_of_processor(name)
+    return traits is not None and traits.templated

@@ -68,28 +68,18 @@ import numpy as np
 from transforms.core.features import (ATTENTION_MASK, ATTENTION_SPAN, DPO_FEATURES, INPUT_IDS, KEY_PADDING_FEATURES,
                                       KEY_PADDING_MASK, LABELS, LM_FEATURES, POSITION_IDS, VSL_FEATURES)
 from transforms.core.mixture import check_mixture
+from transforms.core.modes import CONVERSATION, RESPONSE, RUN, TEXT, TURNS, Mode, mode_of_processor
 from transforms.core.stats import check_accounting
 
 __all__ = [
-    "LMDATA", "SUMMARIZATION", "FIM", "LMDATA_VSL", "SUMMARIZATION_VSL", "CHAT", "CHAT_VSL", "DPO", "VSL_MODES",
-    "DPO_SIDES", "OURS", "REFERENCE", "DatasetSpec", "dataset_spec", "mode_features", "FileLayout", "check_layout",
+    "OURS", "REFERENCE", "DatasetSpec", "dataset_spec", "mode_features", "FileLayout", "check_layout",
     "RowChecker", "sequences", "real_lengths", "loss_positions", "document_starts", "trained_runs", "count_rows",
     "real_inputs", "detokenized_inputs", "text_counts", "expected_post_process", "expected_h5_dataset_stats",
     "check_stats", "check_config", "documents_per_row",
 ]
 
-LMDATA, SUMMARIZATION, FIM = "LMData", "Summarization", "FIM"
-LMDATA_VSL, SUMMARIZATION_VSL = "LMData_VSL", "Summarization_VSL"
-CHAT, CHAT_VSL, DPO = "Chat", "Chat_VSL", "DPO"
-VSL_MODES = (LMDATA_VSL, SUMMARIZATION_VSL, CHAT_VSL)
-_MODES = (LMDATA, SUMMARIZATION, FIM, CHAT, DPO) + VSL_MODES
 _MODES_210 = ("pretraining", "finetuning", "dpo", "nlg", "custom", "embedding_training", "embedding_generation")
-DPO_SIDES = ("chosen", "rejected")  # the sequences of a DPO row, features 0-2 and 3-5
 OURS, REFERENCE = "create_hdf5_dataset", "reference"
-_PROCESSORS = {"LMDataPreprocessor": LMDATA, "SummarizationPreprocessor": SUMMARIZATION,
-               "FIMDataPreprocessor": FIM, "VSLLMDataPreprocessor": LMDATA_VSL,
-               "VSLSummarizationPreprocessor": SUMMARIZATION_VSL, "ChatPreprocessor": CHAT,
-               "VSLChatPreprocessor": CHAT_VSL, "DPOPreprocessor": DPO}
 _FACTOR_TOLERANCE = 0.5e-4  # vsl_packing_factor is rounded to 4 decimals
 # Examples shown per kind of row problem; the count is always exact.
 _EXAMPLES = 1
@@ -116,19 +106,30 @@ class DatasetSpec:
         return 0 if self.inverted_mask else 1
 
     @property
+    def traits(self) -> Optional[Mode]:
+        """The mode's entry in the table of modes; None for an unknown mode."""
+        return mode_of_processor(self.mode)
+
+    @property
     def trailing_eos_input(self) -> bool:
         """Whether a sequence's real inputs end one after its last trained position (see the module docstring)."""
-        return self.mode in (SUMMARIZATION, FIM, DPO)
+        return self.traits is not None and self.traits.trailing_eos_input
 
     @property
     def vsl(self) -> bool:
-        return self.mode in VSL_MODES
+        return self.traits is not None and self.traits.vsl
+
+    @property
+    def loss(self) -> Optional[str]:
+        """Where a sequence's trained positions lie (transforms.core.modes), None for an unknown mode."""
+        return self.traits.loss if self.traits is not None else None
 
     @property
     def untrained_tail(self) -> bool:
         """Whether a conversation's real part may end with untrained labels (the template's text after its last
         turn, under Cerebras 2.10's loss span): it then ends with its last label that is not padding."""
-        return self.mode in (CHAT, CHAT_VSL) and self.chat_loss_span != "turn" and self.pad_id is not None
+        return (self.traits is not None and self.traits.record == CONVERSATION and self.chat_loss_span != "turn"
+                and self.pad_id is not None)
 
     @property
     def feature_names(self) -> tuple:
@@ -147,19 +148,19 @@ class DatasetSpec:
     @property
     def sides(self) -> tuple:
         """The sequences one row holds: DPO's chosen and rejected (3 features each), else one ("")."""
-        return DPO_SIDES if self.mode == DPO and self.feature_names == DPO_FEATURES else ("",)
+        return self.traits.sides if self.traits is not None and self.feature_names == self.traits.features else ("",)
 
 
 def mode_features(mode: Optional[str]) -> tuple:
     """The features a mode writes, in row order (3 for an unknown mode)."""
-    if mode == DPO:
-        return DPO_FEATURES
-    return VSL_FEATURES if mode in VSL_MODES else LM_FEATURES
+    traits = mode_of_processor(mode)
+    return traits.features if traits is not None else LM_FEATURES
 
 
 def _written_by(mode: Optional[str], features: tuple) -> bool:
     """Whether `mode` writes rows of these features: its own, or Chat's with key_padding_mask (a read hook's)."""
-    return features == mode_features(mode) or (mode == CHAT and features == KEY_PADDING_FEATURES)
+    traits = mode_of_processor(mode)
+    return traits.writes(features) if traits is not None else features == LM_FEATURES
 
 
 def _int_or_none(value: Any) -> Optional[int]:
@@ -184,8 +185,9 @@ def dataset_spec(params: Optional[Mapping]) -> tuple[DatasetSpec, list[str]]:
     # a 2.10 config keeps 2.10's setup.mode, and its processor says which of our modes made it.
     written_by_210 = setup.get("mode") in _MODES_210 and "dataset_processor" not in setup
     producer = OURS if "mode" in setup and not written_by_210 else REFERENCE
-    mode = setup.get("mode") if setup.get("mode") in _MODES else _PROCESSORS.get(setup.get("dataset_processor"))
-    if mode not in _MODES:
+    traits = mode_of_processor(setup.get("mode")) or mode_of_processor(setup.get("dataset_processor"))
+    mode = traits.name if traits is not None else None
+    if mode is None:
         notes.append(f"data_params.json names no known mode ({setup.get('mode') or setup.get('dataset_processor')!r}): "
                      "mode-specific row checks are skipped")
         mode = None
@@ -200,7 +202,7 @@ def dataset_spec(params: Optional[Mapping]) -> tuple[DatasetSpec, list[str]]:
         if producer == OURS and "features" not in params:
             notes.append(f"data_params.json has no features list: rows read as {', '.join(mode_features(mode))}")
     inverted = bool(dataset.get("inverted_mask", False))
-    if producer == REFERENCE and inverted and mode in (LMDATA, FIM):
+    if producer == REFERENCE and inverted and traits is not None and traits.packed_windows:
         notes.append("reference output: its LMData/FIM writer ignores inverted_mask (SPEC §1h-3), "
                      "so the masks are checked as not inverted")
         inverted = False
@@ -347,7 +349,7 @@ def documents_per_row(rows: np.ndarray, spec: DatasetSpec) -> np.ndarray:
     the row)."""
     if spec.vsl and rows.shape[1] == len(VSL_FEATURES):
         return document_starts(rows, spec).sum(axis=1)
-    if spec.mode in (CHAT, DPO):
+    if spec.traits is not None and spec.traits.one_row_per_record:
         return np.ones(len(rows), dtype=np.int64)
     if spec.eos_id is None:
         return np.zeros(len(rows), dtype=np.int64)
@@ -410,17 +412,17 @@ class RowChecker:
         if spec.vsl:
             self._add_vsl(rows, where, loss, end)
             return
-        if spec.mode == CHAT:
+        if spec.loss == TURNS:
             self._add_chat(rows, where, loss)
             return
-        if spec.mode == DPO:
+        if spec.loss == RESPONSE:
             self._add_dpo(seqs, start, where, loss)
             return
         pos = np.arange(msl)[None, :]
         count = loss.sum(axis=1)
 
         # The loss positions' layout: a prefix (LMData, FIM) or one run (Summarization).
-        if spec.mode == SUMMARIZATION:
+        if spec.loss == RUN:
             first = np.argmax(loss, axis=1)
             bad_rows = has_loss & (count != end - first)
             layout = "one run of trained positions (completion + EOS)"
@@ -432,8 +434,9 @@ class RowChecker:
             self._add("mask_layout", int(bad_rows.sum()), f"row {start + r}", layout)
 
         real = real_lengths(rows, spec)
-        # Labels shifted by one.
-        if spec.mode == LMDATA:
+        # Labels shifted by one: a window's last label is the next window's first input (LMData); rows built as
+        # x[:-1], x[1:] (a trailing EOS input) shift over the whole row.
+        if not spec.trailing_eos_input:
             where = pos[:, :-1] < (real - 1)[:, None]
         else:
             where = np.ones((n, msl - 1), dtype=bool)
@@ -638,10 +641,10 @@ class RowChecker:
         # The mask on padding.
         self._add_pad("attention_mask", trained_pad, rows[:, ATTENTION_MASK, :], where, 1 - spec.loss_value)
         # The mask of the real part.
-        if spec.mode == LMDATA_VSL:
+        if spec.traits.record == TEXT:
             self._add_rows("mask_layout", real & ~loss, where, lambda r, p: "not trained",
                            "trained on every real position")
-        elif spec.mode == CHAT_VSL:
+        elif spec.traits.record == CONVERSATION:
             if not spec.untrained_tail:  # else the template's closing text may end a conversation, untrained
                 self._add_rows("mask_layout", last & ~loss, where,
                                lambda r, p: "a conversation's last position, not trained",
@@ -689,7 +692,7 @@ def _describe(kind: str, count: int, example: str, extra: Any, vocab: Optional[i
     unit = "side" if len(spec.sides) > 1 and kind != "dpo_prompts" else "row"
     rows = f"{count} {unit}{'' if count == 1 else 's'}"
     mask_name = "inverted mask" if spec.inverted_mask else "mask"
-    doc = "conversation" if spec.mode == CHAT_VSL else "document"
+    doc = spec.traits.unit if spec.traits is not None and spec.vsl else "document"
     if kind.endswith(">=vocab"):
         name = kind.split(">=")[0]
         return f"{count} {name} >= vocab_size {vocab} (max {extra}; first: {example})"
@@ -704,10 +707,11 @@ def _describe(kind: str, count: int, example: str, extra: Any, vocab: Optional[i
     if kind == "mask_layout":
         return f"{rows} whose {mask_name} is not {extra} as {spec.mode} writes it (first: {example})"
     if kind == "shift":
-        scope = {LMDATA: "in the real part", LMDATA_VSL: "inside each document",
-                 SUMMARIZATION_VSL: "inside each document", CHAT: "in the real part",
-                 CHAT_VSL: "inside each conversation", DPO: "over the trained positions (the response)",
-                 }.get(spec.mode, "(x[:-1], x[1:] construction)")
+        scope = ("(x[:-1], x[1:] construction)" if spec.traits is None
+                 else f"inside each {spec.traits.unit}" if spec.vsl
+                 else "over the trained positions (the response)" if spec.loss == RESPONSE
+                 else "(x[:-1], x[1:] construction)" if spec.trailing_eos_input
+                 else "in the real part")
         return f"{rows} whose labels are not input_ids shifted by one {scope} (first: {example})"
     if kind in ("pad_attention_span", "pad_position_ids"):
         return f"{count} {kind[4:]} after the real part are not {extra} (first: {example})"
@@ -831,10 +835,10 @@ def expected_post_process(counts: Mapping[str, int], spec: DatasetSpec) -> dict[
         "num_pad_tokens": int(counts.get("num_pad_tokens", 0)),
     }
     if spec.producer == REFERENCE:
-        if spec.mode == SUMMARIZATION:
+        if spec.loss == RUN:  # the reference's Summarization writer
             out["num_pad_tokens"] += n
             out["num_masked_tokens"] += n
-        elif spec.mode == FIM:
+        elif spec.traits is not None and spec.traits.fim:
             if "input_ids_equal_pad_id" in counts:
                 out["num_pad_tokens"] = int(counts["input_ids_equal_pad_id"])
             else:
@@ -895,10 +899,10 @@ def check_stats(params: Mapping, counts: Mapping[str, int], spec: DatasetSpec, *
             problems.append(f"post-process.{key} is missing")
         elif not _same(post[key], value):
             problems.append(_mismatch("post-process", key, post[key], value))
-    if spec.producer == REFERENCE and spec.mode == SUMMARIZATION:
+    if spec.producer == REFERENCE and spec.loss == RUN:
         notes.append("reference Summarization: num_pad_tokens and num_masked_tokens checked with the reference's "
                      "one-per-row over-count (SPEC §1e)")
-    if spec.producer == REFERENCE and spec.mode == FIM:
+    if spec.producer == REFERENCE and spec.traits is not None and spec.traits.fim:
         notes.append("reference FIM: num_pad_tokens checked as the count of input ids equal to pad_id "
                      "(SPEC §1h-16)")
     if spec.producer == REFERENCE and spec.vsl:
@@ -958,7 +962,7 @@ def check_stats(params: Mapping, counts: Mapping[str, int], spec: DatasetSpec, *
         try:
             problems += [f"input: {p}" for p in check_accounting(inp)]
             if isinstance(params.get("mixture"), Mapping):  # a mixture's accounting against the input's
-                problems += check_mixture(params["mixture"], inp, encoded=spec.mode in (CHAT, CHAT_VSL, DPO))
+                problems += check_mixture(params["mixture"], inp, encoded=spec.traits is not None and spec.traits.templated)
             # A mixture's repeats are used (or dropped) like documents, but are not documents of the input.
             repeats = inp.get("repeats", 0)
             for post_key, in_key, want in (("processed_files", "good", inp["good"]),

@@ -46,6 +46,7 @@ import numpy as np
 
 from transforms.core.features import DPO_FEATURES, LM_FEATURES, VSL_FEATURES
 from transforms.core.chat.template import CHATML_TOKENS
+from transforms.core.modes import PAIR, Mode, mode_of_processor
 from transforms.core.tokenizer import Tokenizer, build_tokenizer
 from transforms.core.verify import FileLayout
 from transforms.io import fs
@@ -56,9 +57,6 @@ __all__ = ["H5Dataset", "iter_dataset", "list_h5_files", "host_files", "open_dat
 
 PARAMS_FILE = "data_params.json"
 KEYS = LM_FEATURES  # the features of a 3-feature row (LMData, Summarization, FIM)
-_VSL_SETUPS = ("LMData_VSL", "Summarization_VSL", "Chat_VSL", "VSLLMDataPreprocessor", "VSLSummarizationPreprocessor",
-               "VSLChatPreprocessor")
-_DPO_SETUPS = ("DPO", "DPOPreprocessor")
 _BLOCK_BYTES = 16 << 20  # rows read per h5py call: about this many bytes
 
 
@@ -143,13 +141,14 @@ def feature_names(params: Optional[dict], file_features: Optional[int] = None) -
     listed = params.get("features")
     if isinstance(listed, list) and listed and all(isinstance(name, str) for name in listed):
         return tuple(listed)
-    setup = params.get("setup") or {}
-    named = (setup.get("mode"), setup.get("dataset_processor"))
-    if any(name in _VSL_SETUPS for name in named):
-        return VSL_FEATURES
-    if any(name in _DPO_SETUPS for name in named):
-        return DPO_FEATURES
-    return LM_FEATURES
+    traits = _named_mode(params)
+    return traits.features if traits is not None else LM_FEATURES
+
+
+def _named_mode(params: Optional[dict]) -> Optional[Mode]:
+    """The mode data_params.json names: ours by `setup.mode`, 2.1.1's (and a 2.10 config's) by its processor."""
+    setup = (params or {}).get("setup") or {}
+    return mode_of_processor(setup.get("mode")) or mode_of_processor(setup.get("dataset_processor"))
 
 
 def _rows_of(path: str) -> int:
@@ -310,10 +309,8 @@ def open_dataset_tokenizer(out_dir: str, params: Optional[dict], *, trust_custom
                  for k in ("vocab_file", "encoder_file", "huggingface_tokenizer")}
     except FileNotFoundError as e:
         return None, f"cannot rebuild the tokenizer ({kind}): {e}"
-    mode = ((params or {}).get("setup") or {}).get("mode") or ""
-    processor = ((params or {}).get("setup") or {}).get("dataset_processor") or ""
-    summarization = (mode in ("Summarization", "Summarization_VSL")
-                     or processor in ("SummarizationPreprocessor", "VSLSummarizationPreprocessor"))
+    traits = _named_mode(params)
+    summarization = traits is not None and traits.record == PAIR
     settings = dict(eos_id=proc.get("eos_id"), pad_id=proc.get("pad_id"),
                     sep_token=dataset.get("sep_token") if summarization else None,
                     # As the job did: ChatML's markers are added where the vocabulary lacks them.

@@ -87,7 +87,7 @@ class _Reporting:
 
     def __init__(self, encoder: ChatEncoder, batch, config: ChatConfig):
         self._encoder = encoder
-        self._row = config.max_seq_length if config.mode != "Chat_VSL" else 0  # a record's row, padded
+        self._row = 0 if config.vsl else config.max_seq_length  # a record's row, padded
         self._share = batch.progress_bytes
         # The records' characters up to the end of each one.
         self._ends = list(itertools.accumulate(sum(len(v) for v in d.values if isinstance(v, str))

@@ -29,6 +29,7 @@ from transforms.core.chat.dpo import EncodedDpo, dpo_example, dpo_row, encode_dp
 from transforms.core.chat.encode import ChatEncoder, Conversation, EncodedChat, parse_chat, render_conversation
 from transforms.core.chat.rows import truncate
 from transforms.core.chat.template import ChatError, ChatRenderer
+from transforms.core.modes import PREFERENCE, mode
 from transforms.core.normalize import NormalizeConfig, normalize_text
 from transforms.core.stats import ROLE_TOKENS, ROLE_TRAINED
 
@@ -40,7 +41,7 @@ DROP_TOO_SHORT = "shorter_than_min_sequence_len"
 
 @dataclasses.dataclass(frozen=True)
 class ChatConfig:
-    mode: str  # Chat | Chat_VSL | DPO
+    mode: str  # a templated mode's name (transforms.core.modes)
     max_seq_length: int
     pad_id: int
     template: str
@@ -63,7 +64,13 @@ class ChatConfig:
 
     @property
     def dpo(self) -> bool:
-        return self.mode == "DPO"
+        """Records are preference pairs (two sequences a row), not conversations."""
+        return mode(self.mode).record == PREFERENCE
+
+    @property
+    def vsl(self) -> bool:
+        """Conversations are packed side by side, not one to a padded row."""
+        return mode(self.mode).vsl
 
 
 class RecordCheck:
@@ -285,7 +292,7 @@ def conversation_rows(encoded, cfg: ChatConfig):
         starts=starts.astype(np.int64), positions=lengths - 1, mask_from=np.zeros(len(ids), np.int64),
         trained=np.concatenate(trained) if trained else np.zeros(0, bool),
         attend=(np.concatenate(attend) if attend else np.zeros(0, bool)) if cfg.key_padding_mask else None)
-    vsl = cfg.mode == "Chat_VSL"
+    vsl = cfg.vsl
     # Chat: a conversation per row (as a segment alone in its row, the rows' first three features);
     # Chat_VSL: conversations packed. Either way the rows are built a batch at a time when they are encoded.
     layout = VslConfig(max_seq_length=cfg.max_seq_length, pad_id=cfg.pad_id,
