@@ -319,3 +319,41 @@ def test_the_sweep_changes_every_real_position():
     assert [_free_labels("LMData_VSL", s, r) for s, r in zip(vsl, _real_lengths("LMData_VSL", vsl))] == [
         {2, 4}, {7}, {0, 3, 6, 7}]
     assert _free_inputs("Chat_VSL", ROWS["Chat_VSL"][0], 6) == {0, 4}
+
+
+# ------------------------------------------------------------------- Cerebras 2.10's loss span in Chat rows
+
+# Conversations as Qwen's template writes them under 2.10's `chat_loss_span: content`: the assistant's content
+# and end-of-turn (EOS here) trained, then the template's closing "\n" (token 20), an untrained label that is
+# still part of the conversation: the real part runs to the last label that is not padding.
+TAIL_ROWS = np.stack([
+    _shifted([1, 2, 11, 12, EOS, 20], [0, 0, 1, 1, 1, 0], 10),
+    _shifted([3, 13, EOS, 20], [0, 1, 1, 0], 10),
+])
+
+
+def _tail_params(span: str) -> dict:
+    params = _params("Chat", TAIL_ROWS)
+    params["dataset"]["chat_loss_span"] = span
+    real = 5 + 3  # each row's real part: up to its last label that is not padding
+    params["post-process"]["num_pad_tokens"] = 2 * 10 - real
+    params["h5_dataset_stats"]["non_pad_tokens"] = real
+    return params
+
+
+def test_a_template_tail_after_the_last_turn_is_real_under_2_10s_loss_span(tmp_path):
+    assert _row_problems(tmp_path, "Chat", TAIL_ROWS, _tail_params("content"), "content") == []
+
+
+def test_the_same_tail_under_our_loss_span_is_a_token_where_padding_should_be(tmp_path):
+    problems = _row_problems(tmp_path, "Chat", TAIL_ROWS, _tail_params("turn"), "turn")
+    assert f"{SHARD}: 2 rows whose real part does not end with a trained position: a token follows the last " \
+           f"trained one where padding should (first: row 0, position 4: input_id {EOS})" in problems
+
+
+def test_a_token_after_the_tail_is_still_reported_under_2_10s_loss_span(tmp_path):
+    rows = TAIL_ROWS.copy()
+    rows[1, 0, 4] = 7  # an input id after row 1's tail (its real part ends at position 3)
+    problems = _row_problems(tmp_path, "Chat", rows, _tail_params("content"), "tail")
+    assert f"{SHARD}: 1 input_ids after the real part are not pad_id {PAD} (first: row 1, position 4: 7)" \
+        in problems

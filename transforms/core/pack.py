@@ -27,13 +27,14 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from transforms.core.reasons import (CUT_BY_SHORT_SEQ_PROB, NO_TOKEN_TO_PREDICT, REMAINDER_NOT_WRITTEN,
+                                     SHORTER_THAN_MIN_SEQUENCE_LEN)
+
 __all__ = ["PackConfig", "PackResult", "pack_batch", "pack_documents", "rows_from_windows", "window_to_row"]
 
-# Why a document produced no row.
-DROP_MIN_LEN = "shorter_than_min_sequence_len"
-DROP_REMAINDER = "remainder_not_written"
-DROP_SHORT_SEQ = "cut_by_short_seq_prob"
-DROP_SINGLE_TOKEN = "no_token_to_predict"
+# Why a document produced no row (transforms.core.reasons says what each means).
+DROP_MIN_LEN, DROP_REMAINDER = SHORTER_THAN_MIN_SEQUENCE_LEN, REMAINDER_NOT_WRITTEN
+DROP_SHORT_SEQ, DROP_SINGLE_TOKEN = CUT_BY_SHORT_SEQ_PROB, NO_TOKEN_TO_PREDICT
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,18 +14,11 @@ import numpy as np
 
 from transforms.core.stats import Stats
 
-# Dead-letter reason codes. One vocabulary for every reader and stage, so the
-# statistics and the dead-letter files can be grouped by reason.
-JSON_DECODE = "json_decode"
-BLANK_LINE = "blank_line"
-MISSING_KEY = "missing_key"
-NOT_A_STRING = "not_a_string"
-NULL_TEXT = "null_text"
-INVALID_UTF8 = "invalid_utf8"
-TRUNCATED_STREAM = "truncated_stream"
-UNREADABLE_FILE = "unreadable_file"
-TOO_LONG = "too_long"
-TOO_DEEP = "too_deep"
+# Dead-letter reason codes: one vocabulary for every reader and stage (transforms.core.reasons, where each is
+# explained), so the statistics and the dead-letter files can be grouped by reason.
+from transforms.core.reasons import (  # noqa: F401 - the readers take them from here
+    BLANK_LINE, INVALID_UTF8, JSON_DECODE, MISSING_KEY, NOT_A_STRING, NULL_TEXT, TOO_DEEP, TOO_LONG, TRUNCATED_STREAM,
+    UNREADABLE_FILE)
 
 # JSON nested deeper than this is a TOO_DEEP bad record, in every mode. No real record comes near it, and
 # Python's parser and serializer stop at the interpreter's recursion limit, whose distance from the caller

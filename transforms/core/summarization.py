@@ -31,11 +31,12 @@ from typing import Optional
 
 import numpy as np
 
+from transforms.core.reasons import SHORTER_THAN_MIN_SEQUENCE_LEN, TOO_LONG
+
 __all__ = ["SummarizationConfig", "summarization_row", "summarization_batch", "cut_pair", "DROP_TOO_LONG",
            "DROP_TOO_SHORT"]
 
-DROP_TOO_LONG = "too_long"
-DROP_TOO_SHORT = "shorter_than_min_sequence_len"
+DROP_TOO_LONG, DROP_TOO_SHORT = TOO_LONG, SHORTER_THAN_MIN_SEQUENCE_LEN  # transforms.core.reasons
 
 
 @dataclasses.dataclass(frozen=True)

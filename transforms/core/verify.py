@@ -69,6 +69,7 @@ from transforms.core.features import (ATTENTION_MASK, ATTENTION_SPAN, DPO_FEATUR
                                       KEY_PADDING_MASK, LABELS, LM_FEATURES, POSITION_IDS, VSL_FEATURES)
 from transforms.core.mixture import check_mixture
 from transforms.core.modes import CONVERSATION, RESPONSE, RUN, TEXT, TURNS, Mode, mode_of_processor
+from transforms.core.reasons import known as known_reason
 from transforms.core.stats import check_accounting
 
 __all__ = [
@@ -687,66 +688,72 @@ def _where(start: int, sides: tuple) -> Callable[[int], str]:
     return lambda q: f"row {start + q // len(sides)} ({sides[q % len(sides)]})"
 
 
+# What each kind of row problem says, as data. A template may use: count; rows (counted in rows, or DPO's
+# sides: "3 rows", "1 side"); documents ("2 documents"); positions ("1 position is", "3 positions are"); mask (as
+# written: "mask" or "inverted mask"); doc (what a VSL segment is); scope (where labels shift); mode; name (the
+# feature a kind is about); extra (the value expected); vocab; kind; example (the first found).
+PROBLEMS = {
+    ">=vocab": "{count} {name} >= vocab_size {vocab} (max {extra}; first: {example})",
+    "<0": "{count} negative {name} (first: {example})",
+    "mask": "{count} attention_mask values are neither 0 nor 1 (first: {example})",
+    "key_padding_mask": "{count} key_padding_mask values are neither 0 nor 1 (first: {example})",
+    "pad_key_padding_mask": "{count} padding positions are attended: key_padding_mask not 1 (first: {example})",
+    "mask_layout": "{rows} whose {mask} is not {extra} as {mode} writes it (first: {example})",
+    "shift": "{rows} whose labels are not input_ids shifted by one {scope} (first: {example})",
+    "pad_value": "{count} {name} after the real part are not {extra} (first: {example})",
+    "pad_attention_mask": "{count} padding {positions} trained: {mask} not {extra} (first: {example})",
+    "pad_after_loss": "{count} labels after the last trained position are not pad_id {extra} (first: {example})",
+    "pad": "{count} {name} after the real part are not pad_id {extra} (first: {example})",
+    "last_label": "{rows} whose last trained label is not EOS {extra} (first: {example})",
+    "vsl_start": "{rows} whose real part does not start with a {doc} (position_ids[0] is not 0) (first: {example})",
+    "vsl_position_ids": "{rows} whose position_ids do not count 0, 1, 2, ... from each {doc}'s start "
+                        "(first: {example})",
+    "vsl_attention_span": "{rows} whose attention_span does not count down to 0 at each {doc}'s last position "
+                          "(first: {example})",
+    "doc_last_label": "{documents} whose last label (a trained position) is not EOS {extra} (first: {example})",
+    "chat_tail": "{rows} whose real part does not end with a trained position: a token follows the last trained "
+                 "one where padding should (first: {example})",
+    "dpo_prompt_labels": "{rows} whose prompt labels (the positions before the first trained one) are not pad_id "
+                         "{extra} (first: {example})",
+    "dpo_mask_end": "{rows} whose trained positions do not end at |S|-2, the position whose label is the "
+                    "response's last token (first: {example})",
+    "dpo_prompts": "{rows} whose chosen and rejected sides do not start with the same prompt (the input_ids up to "
+                   "the first trained position) (first: {example})",
+    "other": "{count} {kind} (first: {example})",
+}
+
+
+def _problem_template(kind: str, spec: DatasetSpec) -> tuple[str, str]:
+    """(the PROBLEMS key of a kind of problem, the feature it names)."""
+    if kind.endswith(">=vocab"):
+        return ">=vocab", kind.split(">=")[0]
+    if kind.endswith("<0"):
+        return "<0", kind[:-2]
+    if kind in ("pad_attention_span", "pad_position_ids"):
+        return "pad_value", kind[4:]
+    if kind == "pad_labels" and spec.trailing_eos_input:
+        return "pad_after_loss", kind[4:]
+    if kind.startswith("pad_") and kind not in PROBLEMS:
+        return "pad", kind[4:]
+    return (kind if kind in PROBLEMS else "other"), kind
+
+
 def _describe(kind: str, count: int, example: str, extra: Any, vocab: Optional[int], spec: DatasetSpec) -> str:
     # DPO's checks count sides (a row holds two), but for the prompts both sides share.
     unit = "side" if len(spec.sides) > 1 and kind != "dpo_prompts" else "row"
-    rows = f"{count} {unit}{'' if count == 1 else 's'}"
-    mask_name = "inverted mask" if spec.inverted_mask else "mask"
-    doc = spec.traits.unit if spec.traits is not None and spec.vsl else "document"
-    if kind.endswith(">=vocab"):
-        name = kind.split(">=")[0]
-        return f"{count} {name} >= vocab_size {vocab} (max {extra}; first: {example})"
-    if kind.endswith("<0"):
-        return f"{count} negative {kind[:-2]} (first: {example})"
-    if kind == "mask":
-        return f"{count} attention_mask values are neither 0 nor 1 (first: {example})"
-    if kind == "key_padding_mask":
-        return f"{count} key_padding_mask values are neither 0 nor 1 (first: {example})"
-    if kind == "pad_key_padding_mask":
-        return f"{count} padding positions are attended: key_padding_mask not 1 (first: {example})"
-    if kind == "mask_layout":
-        return f"{rows} whose {mask_name} is not {extra} as {spec.mode} writes it (first: {example})"
-    if kind == "shift":
-        scope = ("(x[:-1], x[1:] construction)" if spec.traits is None
-                 else f"inside each {spec.traits.unit}" if spec.vsl
-                 else "over the trained positions (the response)" if spec.loss == RESPONSE
-                 else "(x[:-1], x[1:] construction)" if spec.trailing_eos_input
-                 else "in the real part")
-        return f"{rows} whose labels are not input_ids shifted by one {scope} (first: {example})"
-    if kind in ("pad_attention_span", "pad_position_ids"):
-        return f"{count} {kind[4:]} after the real part are not {extra} (first: {example})"
-    if kind == "pad_attention_mask":
-        return (f"{count} padding position{' is' if count == 1 else 's are'} trained: {mask_name} not {extra} "
-                f"(first: {example})")
-    if kind == "pad_labels" and spec.trailing_eos_input:
-        return f"{count} labels after the last trained position are not pad_id {extra} (first: {example})"
-    if kind.startswith("pad_"):
-        return f"{count} {kind[4:]} after the real part are not pad_id {extra} (first: {example})"
-    if kind == "last_label":
-        return f"{rows} whose last trained label is not EOS {extra} (first: {example})"
-    if kind == "vsl_start":
-        return f"{rows} whose real part does not start with a {doc} (position_ids[0] is not 0) (first: {example})"
-    if kind == "vsl_position_ids":
-        return f"{rows} whose position_ids do not count 0, 1, 2, ... from each {doc}'s start (first: {example})"
-    if kind == "vsl_attention_span":
-        return (f"{rows} whose attention_span does not count down to 0 at each {doc}'s last position "
-                f"(first: {example})")
-    if kind == "doc_last_label":
-        return (f"{count} document{'' if count == 1 else 's'} whose last label (a trained position) is not "
-                f"EOS {extra} (first: {example})")
-    if kind == "chat_tail":
-        return (f"{rows} whose real part does not end with a trained position: a token follows the last trained "
-                f"one where padding should (first: {example})")
-    if kind == "dpo_prompt_labels":
-        return (f"{rows} whose prompt labels (the positions before the first trained one) are not pad_id {extra} "
-                f"(first: {example})")
-    if kind == "dpo_mask_end":
-        return (f"{rows} whose trained positions do not end at |S|-2, the position whose label is the response's "
-                f"last token (first: {example})")
-    if kind == "dpo_prompts":
-        return (f"{rows} whose chosen and rejected sides do not start with the same prompt (the input_ids up to "
-                f"the first trained position) (first: {example})")
-    return f"{count} {kind} (first: {example})"
+    key, name = _problem_template(kind, spec)
+    scope = ("(x[:-1], x[1:] construction)" if spec.traits is None
+             else f"inside each {spec.traits.unit}" if spec.vsl
+             else "over the trained positions (the response)" if spec.loss == RESPONSE
+             else "(x[:-1], x[1:] construction)" if spec.trailing_eos_input
+             else "in the real part")
+    return PROBLEMS[key].format(
+        count=count, rows=f"{count} {unit}{'' if count == 1 else 's'}",
+        documents=f"{count} document{'' if count == 1 else 's'}",
+        positions="position is" if count == 1 else "positions are",
+        mask="inverted mask" if spec.inverted_mask else "mask",
+        doc=spec.traits.unit if spec.traits is not None and spec.vsl else "document", scope=scope,
+        mode=spec.mode, name=name, extra=extra, vocab=vocab, kind=kind, example=example)
 
 
 # ----------------------------------------------------------------------- counts
@@ -961,8 +968,13 @@ def check_stats(params: Mapping, counts: Mapping[str, int], spec: DatasetSpec, *
     if isinstance(inp, Mapping):
         try:
             problems += [f"input: {p}" for p in check_accounting(inp)]
+            if spec.producer == OURS:  # every record left out is counted under a reason this tool defines
+                problems += [f"input.{key} counts {name!r}, a reason this tool does not define "
+                             "(transforms.core.reasons)" for key in ("bad_by_reason", "dropped_by_reason")
+                             for name in sorted(inp.get(key) or {}) if not known_reason(name)]
             if isinstance(params.get("mixture"), Mapping):  # a mixture's accounting against the input's
-                problems += check_mixture(params["mixture"], inp, encoded=spec.traits is not None and spec.traits.templated)
+                problems += check_mixture(params["mixture"], inp,
+                                          encoded=spec.traits is not None and spec.traits.templated)
             # A mixture's repeats are used (or dropped) like documents, but are not documents of the input.
             repeats = inp.get("repeats", 0)
             for post_key, in_key, want in (("processed_files", "good", inp["good"]),

@@ -48,18 +48,20 @@ import numpy as np
 
 from transforms.core.features import (ATTENTION_MASK, ATTENTION_SPAN, INPUT_IDS, KEY_PADDING_MASK, LABELS,
                                       POSITION_IDS, VSL_FEATURES)
+from transforms.core.reasons import (LONGER_THAN_MAX_SEQ_LENGTH, NO_TOKEN_TO_PREDICT, SHORTER_THAN_MIN_SEQUENCE_LEN,
+                                     TOO_LONG)
 from transforms.core.summarization import cut_pair
 
 __all__ = ["VslConfig", "Segments", "PackedRows", "lm_segments", "summarization_segments", "pack_bins",
            "pack_segments", "index_dtype", "vsl_lm_batch", "vsl_summarization_batch", "DROP_MIN_LEN", "DROP_NOT_FOLDED",
            "DROP_SINGLE_TOKEN", "DROP_TOO_LONG", "DROP_TOO_SHORT"]
 
-# Why a document (record) produced no segment.
-DROP_MIN_LEN = "shorter_than_min_sequence_len"  # LMData_VSL: fewer tokens (EOS included) than min_sequence_len
-DROP_NOT_FOLDED = "longer_than_max_seq_length"  # LMData_VSL with fold_long_doc False: over msl + 1 tokens
-DROP_SINGLE_TOKEN = "no_token_to_predict"  # one token: no position to train
-DROP_TOO_LONG = "too_long"  # Summarization_VSL: more positions than msl
-DROP_TOO_SHORT = "shorter_than_min_sequence_len"  # Summarization_VSL: fewer positions than min_sequence_len
+# Why a document (record) produced no segment (transforms.core.reasons).
+DROP_MIN_LEN = SHORTER_THAN_MIN_SEQUENCE_LEN  # LMData_VSL: fewer tokens (EOS included) than min_sequence_len
+DROP_NOT_FOLDED = LONGER_THAN_MAX_SEQ_LENGTH  # LMData_VSL with fold_long_doc False: over msl + 1 tokens
+DROP_SINGLE_TOKEN = NO_TOKEN_TO_PREDICT  # one token: no position to train
+DROP_TOO_LONG = TOO_LONG  # Summarization_VSL: more positions than msl
+DROP_TOO_SHORT = SHORTER_THAN_MIN_SEQUENCE_LEN  # Summarization_VSL: fewer positions than min_sequence_len
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,13 +30,14 @@ from transforms.core.chat.encode import ChatEncoder, Conversation, EncodedChat, 
 from transforms.core.chat.rows import truncate
 from transforms.core.chat.template import ChatError, ChatRenderer
 from transforms.core.modes import PREFERENCE, mode
+from transforms.core.reasons import SHORTER_THAN_MIN_SEQUENCE_LEN
 from transforms.core.normalize import NormalizeConfig, normalize_text
 from transforms.core.stats import ROLE_TOKENS, ROLE_TRAINED
 
 __all__ = ["ChatConfig", "RecordCheck", "DpoRows", "chat_encoder", "encode_conversations", "conversation_rows", "conversation_batch",
            "encode_pairs", "dpo_rows", "dpo_batch", "DROP_TOO_SHORT"]
 
-DROP_TOO_SHORT = "shorter_than_min_sequence_len"
+DROP_TOO_SHORT = SHORTER_THAN_MIN_SEQUENCE_LEN  # transforms.core.reasons
 
 
 @dataclasses.dataclass(frozen=True)
