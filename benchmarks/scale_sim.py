@@ -13,7 +13,7 @@ fresh process, which reports its time and its peak resident memory
              and the size of the pickled layout every worker reads as a side input
 - route:     groups routed to the files they reach (a sample of 2 000; per group, what a worker does,
              and the total over all workers: shuffled, a group reaches nearly every file)
-- positions: one writer's candidates ordered (_FileRows on the pieces of one file; chunks are 1 byte
+- positions: one writer's candidates ordered (FileRows on the pieces of one file; chunks are 1 byte
              stand-ins: the real ones, ~135 MB per file of 50 000 rows at msl 2048, come on top)
 - stats:     every group's statistics merged (MergeStats), 20 000 sources
 - params:    data_params.json built from the merged statistics and every file's result
@@ -150,13 +150,13 @@ def _file_pieces(layout, file_index: int) -> list:
 
 
 def step_positions(s: dict) -> str:
-    from transforms.io.hdf5_sink import _FileRows
+    from transforms.io.hdf5_sink import FileRows
 
     layout = _layout(s, _metas(s))
     index = layout.files.num_files // 2
     pieces = _file_pieces(layout, index)
     started = time.perf_counter()
-    rows = _FileRows(pieces, layout, index)
+    rows = FileRows(pieces, layout, index)
     assert len(rows) == layout.files.size(index)
     batch = rows.batch(0, min(1024, len(rows)))
     assert len(batch) == min(1024, len(rows))
@@ -176,7 +176,7 @@ def _group_stats(g: int, source: str):
 
 
 def step_stats(s: dict) -> str:
-    from transforms.io.manifest import MergeStats
+    from transforms.stages.manifest import MergeStats
 
     metas = _metas(s)
     fn = MergeStats()
@@ -214,7 +214,7 @@ def step_params(s: dict) -> str:
 
 def step_manifest(s: dict) -> str:
     from transforms.core.records import InputFile
-    from transforms.io.read_corpus import _read_input_manifest, write_input_manifest
+    from transforms.io.read_corpus import read_input_manifest, write_input_manifest
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "inputs.jsonl")
@@ -222,7 +222,7 @@ def step_manifest(s: dict) -> str:
                            100 << 20) for i in range(s["input_files"])]
         write_input_manifest(path, files)
         size = os.path.getsize(path)
-        assert sum(1 for _ in _read_input_manifest(path)) == len(files)
+        assert sum(1 for _ in read_input_manifest(path)) == len(files)
     return f"{len(files)} files, {size / 2**20:.1f} MB"
 
 

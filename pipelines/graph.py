@@ -22,16 +22,17 @@ from pipelines.plan import JobPlan
 from transforms.core.chat.batch import RecordCheck
 from transforms.core.records import PerPart
 from transforms.io import fs
-from transforms.io.dead_letters import WriteDeadLetters
-from transforms.io.hdf5_sink import EncodeRows, WriteHdf5Shards
 from transforms.io.hooks import DOCUMENT, PREFERENCE, REGIONS, ReadHookCheck
-from transforms.io.intermediate import MIXTURE_PLAN, STORED, SkipStoredGroups, StoreGroups
-from transforms.io.manifest import MergeStats, WriteDatasetParams, WriteSplitParams
-from transforms.io.read_corpus import DEAD_LETTERS, DOCS, ReadCorpus, ReadInputManifest
+from transforms.io.intermediate import MIXTURE_PLAN
 from transforms.core.modes import TEXT
 from transforms.stages.chat import EncodeConversations
+from transforms.stages.dead_letters import WriteDeadLetters
+from transforms.stages.hdf5_sink import EncodeRows, WriteHdf5Shards
+from transforms.stages.intermediate import STORED, SkipStoredGroups, StoreGroups
+from transforms.stages.manifest import MergeStats, WriteDatasetParams, WriteSplitParams
 from transforms.stages.mixture import SelectMixture
 from transforms.stages.normalize import NormalizeDocuments
+from transforms.stages.read_corpus import DEAD_LETTERS, DOCS, ReadCorpus, ReadInputManifest
 from transforms.stages.rows import build_rows
 from transforms.stages.splits import REST, RouteDocuments, SeparateRest
 from transforms.stages.tokenize import TokenizeDocuments

@@ -16,6 +16,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from pipelines.config import Config
 from pipelines.graph import build
+from pipelines.job_progress import JobProgress
 from pipelines.output_dir import HOOK_FILE, check_output_dir, claim_output_dir, read_params
 from pipelines.plan import JobPlan, UserError, plan_job
 from pipelines.runners import beam_options, check_graph_size, is_local_runner, metrics_source, runner_plan
@@ -23,7 +24,6 @@ from pipelines.summary import summary_line
 from transforms.core import fast_ftfy
 from transforms.io import fs, progress
 from transforms.io.hooks import hook_source
-from transforms.io.job_progress import JobProgress
 from transforms.io.manifest import PARAMS_FILE
 from transforms.io.read_corpus import write_input_manifest
 from transforms.io.tokenizer_files import stage_tokenizer_files

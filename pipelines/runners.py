@@ -15,11 +15,11 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import DebugOptions, DirectOptions, PipelineOptions, StandardOptions
 
 from pipelines.config import Config
+from pipelines.job_progress import FlinkRestMetrics, live_metrics
 from pipelines.plan import JobPlan, UserError
 from transforms.core.threads import machine_cpus
 from transforms.io import fs
 from transforms.io.intermediate import MIXTURE_PLAN, load_mixture_plan
-from transforms.io.job_progress import FlinkRestMetrics, live_metrics
 from transforms.io.read_corpus import FAN_OUT_BYTES
 
 __all__ = ["beam_options", "runner_plan", "is_local_runner", "process_cpus", "metrics_source", "check_graph_size",

@@ -324,3 +324,148 @@ def test_templates_that_transform_contents():
         [{"role": "user", "content": "xuser"}, {"role": "assistant", "content": "xa "}])
     assert got.text == "<user>Xxuser</s><assistant>Xxa </s>"
     assert [got.text[a:b] for a, b in (t.chars for t in got.turns)] == ["xuser", "xa "]
+
+
+# ----------------------------------------------------------------------------- exact edges (mutation testing)
+
+
+def test_sharegpt_keys_are_read_only_where_the_default_ones_are_missing():
+    # A message with role and content is OpenAI's, whatever other keys it has ("from" as a sender's name here).
+    assert parse_conversation([{"role": "user", "content": "hi", "from": "ann"},
+                               {"role": "assistant", "content": "yo"}]) == [
+        {"role": "user", "content": "hi", "from": "ann"}, {"role": "assistant", "content": "yo"}]
+    # With other keys asked for, a message's stale role and content keys never override what was read.
+    assert parse_conversation([{"from": "human", "value": "Hi", "role": "narrator"},
+                               {"from": "gpt", "value": "Yo", "content": "old"}], role_key="from",
+                              content_key="value") == [{"role": "user", "content": "Hi"},
+                                                       {"role": "assistant", "content": "Yo"}]
+
+
+def test_json_text_is_unwrapped_at_most_twice():
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    once = json.dumps(messages)
+    assert parse_conversation(json.dumps(once)) == messages  # a parquet column of JSON strings
+    with pytest.raises(ChatError) as info:
+        parse_conversation(json.dumps(json.dumps(once)))
+    assert (info.value.reason, info.value.detail) == ("not_a_conversation", "expected a list of objects, got str")
+
+
+def test_loss_span_is_checked_and_kept():
+    import pickle
+
+    from transforms.core.chat.encode import CONTENT
+
+    base = chatml()
+    with pytest.raises(ValueError) as info:
+        ChatEncoder(base.renderer, base.backend, loss_span="all")
+    assert str(info.value) == "loss_span: expected one of turn, content, got 'all'"
+    # Cerebras 2.10's span: the content and its <|im_end|>, not the newlines around them (test_chatml_by_hand:
+    # the turn rule trains [Ċ, Yo, <|im_end|>, Ċ]).
+    content = ChatEncoder(base.renderer, base.backend, loss_span=CONTENT)
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]
+    assert content.encode(messages).trained.astype(int).tolist() == [0] * 9 + [1, 1, 0]
+    again = pickle.loads(pickle.dumps(content))
+    assert again.loss_span == CONTENT
+    assert again.encode(messages).trained.astype(int).tolist() == [0] * 9 + [1, 1, 0]
+
+
+def test_turn_end_in():
+    from transforms.core.chat.encode import _turn_end_in
+
+    call = "<call>f</call>E"
+    # Qwen3's empty think block, written only when the call ends the conversation: the turn is the call.
+    assert _turn_end_in("<think></think>" + call, call + "<user>", 0) == 15
+    assert _turn_end_in("<think></think>" + call, "<u>q" + call + "<user>", 4) == 19
+    assert _turn_end_in(call, "<u>q" + call + "<user>", 4) == 19  # the same turn either way
+    assert _turn_end_in("<think></think>E", "E<user>", 0) == 1  # the piece first, the common start empty
+    assert _turn_end_in("A<t></t>B", "AB<u>", 0) == 2  # the piece after a common start "A"
+    assert _turn_end_in("ApBB", "ABBc", 0) == 3  # the shortest piece: "p", not "pB"
+    # No piece explains the text: what follows the piece must follow in the text, and the text holds nothing
+    # that is not in the turn.
+    assert _turn_end_in("<think></think>E<end>", "E<user>", 0) is None
+    assert _turn_end_in("A<t>B", "AC", 0) is None
+    assert _turn_end_in("<c>E", "<<c>E", 0) is None
+    # The text ends before the turn could.
+    assert _turn_end_in("abc", "xab", 1) is None
+    assert _turn_end_in("a", "x", 1) is None
+
+
+# Refuses contents shorter than 4 characters, as the sentinels that locate contents are: contents are searched.
+_NO_SENTINELS = "{% for m in messages %}{% if m.content|length < 4 %}{{ raise_exception('too short') }}{% endif %}"
+
+
+def test_contents_searched_for_and_not_found_are_named():
+    skips = ChatRenderer(_NO_SENTINELS + "{% if m.role not in ('system', 'tool') %}<{{ m.role }}>{{ m.content }}"
+                                        "</s>{% endif %}{% endfor %}", {})
+    enc = ChatEncoder(skips, backend("qwen2.5-instruct"))
+    with pytest.raises(ChatError) as info:
+        enc.tokenize([{"role": "system", "content": "Be brief"}, {"role": "user", "content": "Weather?"},
+                      {"role": "assistant", "content": "Sunny there."}])
+    assert (info.value.reason, info.value.detail) == ("system_not_rendered",
+                                                      "the template does not write message 0 (the system prompt)")
+    with pytest.raises(ChatError) as info:
+        enc.tokenize([{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "Asking."},
+                      {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "Sunny there."}])
+    assert (info.value.reason, info.value.detail) == ("content_not_found",
+                                                      "the template does not write message 2 (tool)")
+    got = enc.tokenize([{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "Sunny there."}])
+    assert got.spans == ((6, 14), (29, 41))
+
+
+def test_a_trimmed_content_is_searched_after_the_template_text_before_it():
+    # The user's content holds the template's own text between the two contents ("</s><assistant>"): the
+    # assistant's content is found after the real one, not inside the user's.
+    trim = ChatRenderer("{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</s>{% endfor %}", {})
+    got = ChatEncoder(trim, backend("qwen2.5-instruct")).tokenize(
+        [{"role": "user", "content": " q</s><assistant>a "}, {"role": "assistant", "content": " a "}])
+    assert got.text == "<user>q</s><assistant>a</s><assistant>a</s>"
+    assert got.spans == ((6, 23), (38, 39))
+
+
+def test_tokenize_many_hands_back_each_conversations_error_in_place(monkeypatch):
+    from transforms.core.chat.encode import TokenizedChat
+
+    enc = ChatEncoder(chatml().renderer, chatml().backend)
+    real = enc._tokenized
+
+    def tokenized(rendering, *rest):  # as _plain_piece refuses a content it cannot encode apart
+        if "boom" in rendering.text:
+            raise ChatError("special_token_in_content", "boom")
+        return real(rendering, *rest)
+
+    monkeypatch.setattr(enc, "_tokenized", tokenized)
+    ok = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    out = enc.tokenize_many([ok, [{"role": "user", "content": "boom"}, ok[1]], [], ok])
+    assert [type(x) for x in out] == [TokenizedChat, ChatError, ChatError, TokenizedChat]
+    assert (out[1].reason, out[2].reason) == ("special_token_in_content", "no_messages")
+    assert out[3].text == out[0].text
+
+
+def test_assistant_chars_by_loss_span_with_and_without_special_tokens():
+    import tokenizers
+
+    from transforms.core.chat.encode import CONTENT
+
+    base = chatml()
+    text = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n"
+    # "Yo" is text[52:54] (test_chatml_by_hand); "<|im_end|>" is 10 characters, then "\n" ends the text at 65.
+    assert base.assistant_chars(text, (52, 54), (19, 65)) == (51, 65)  # the turn: "\n" + content + end + "\n"
+    content = ChatEncoder(base.renderer, base.backend, loss_span=CONTENT)
+    assert content.assistant_chars(text, (52, 54), (19, 65)) == (52, 64)  # 2.10's: content and its end token
+    # A tokenizer without special tokens: no end-of-turn token to take, only the whitespace (the turn's rule).
+    bare = tokenizers.Tokenizer(tokenizers.models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    text = "<user>\nHi\n\n<assistant>\nYo\n\n"  # "Yo" is text[23:25]
+    assert ChatEncoder(base.renderer, bare).assistant_chars(text, (23, 25), (9, 27)) == (22, 27)
+    assert ChatEncoder(base.renderer, bare, loss_span=CONTENT).assistant_chars(text, (23, 25), (9, 27)) == (23, 25)
+
+
+def test_turns_of_a_tokenized_chat_made_without_outputs():
+    from transforms.core.chat.encode import TokenizedChat
+
+    enc = chatml()
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]
+    tok = enc.tokenize(messages)
+    plain = TokenizedChat(tok.text, tok.ids, tok.offsets, tok.spans, tok.generation)  # outputs left at ()
+    # As test_chatml_by_hand: no message has tool output, so the turns are the rule's.
+    assert [(t.role, t.chars, t.content, t.turn) for t in enc.turns(messages, plain)] == [
+        ("user", (17, 19), (3, 4), (0, 6)), ("assistant", (52, 54), (9, 10), (6, 12))]

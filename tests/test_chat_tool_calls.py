@@ -302,3 +302,71 @@ def test_a_conversation_kept_as_a_json_string_is_read_as_the_conversation():
     with pytest.raises(ChatError) as info:
         parse_chat(json.dumps("not a conversation"))
     assert info.value.reason == "not_a_conversation"
+
+
+# ---------------------------------------------------------------- refusals and parsing, exactly (mutation testing)
+
+def _refused_by(fn, *args, **kwargs) -> tuple:
+    with pytest.raises(ChatError) as info:
+        fn(*args, **kwargs)
+    return info.value.reason, info.value.detail
+
+
+def test_malformed_tool_calls_are_refused_naming_the_message():
+    from transforms.core.chat.encode import check_messages
+
+    q = {"role": "user", "content": "q"}
+    assert _refused_by(check_messages, [{**q, "tool_calls": [_call("f", {})]}]) == (
+        "not_a_tool_call", "message 0: a user message with tool_calls")
+    assert _refused_by(check_messages, [q, {"role": "assistant", "content": None, "tool_calls": {"name": "f"}}]) == (
+        "not_a_tool_call", "message 1: tool_calls is dict, not a list")
+    for call in ("f", {"function": {"name": ""}}, {"function": {"arguments": {}}}):  # a string: no call object
+        assert _refused_by(check_messages, [q, {"role": "assistant", "content": None, "tool_calls": [call]}]) == (
+            "not_a_tool_call", "message 1: a tool call without a function name")
+
+
+def test_a_bare_tool_call_names_its_function():
+    """A call given as {name, arguments} without OpenAI's {function: ...} wrapper is a call of that function."""
+    from transforms.core.chat.encode import check_messages, tool_call_names
+
+    message = {"role": "assistant", "content": None, "tool_calls": [{"name": "f", "arguments": {}}]}
+    assert check_messages([{"role": "user", "content": "q"}, message]) is None
+    assert tool_call_names(message) == ["f"]
+
+
+def test_tool_lists_and_values_that_are_not_records_are_refused():
+    assert _refused_by(parse_chat, {"messages": [{"role": "user", "content": "q"}], "tools": [WEATHER, 1]}) == (
+        "not_a_tool_list", "tools is list, not a list of objects")
+    assert _refused_by(parse_chat, {"messages": [{"role": "user", "content": "q"}], "tools": "f"}) == (
+        "not_a_tool_list", "tools is str, not a list of objects")
+    # Only an object holding "messages" is a record with tools; anything else is read as the messages.
+    assert _refused_by(parse_chat, '["messages"]') == ("not_a_conversation", "expected a list of objects, got list")
+    assert _refused_by(parse_chat, {"role": "user", "content": "q"}) == (
+        "not_a_conversation", "expected a list of objects, got dict")
+
+
+def test_function_call_turns_exactly():
+    from transforms.core.chat.encode import parse_conversation
+
+    two = [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": 1}}]
+    got = parse_conversation([{"from": "human", "value": "q"},
+                              {"from": "function_call", "value": json.dumps(two), "id": 7}],
+                             role_key="from", content_key="value")
+    # One assistant message, no content, both calls in OpenAI's form; the message's other keys kept.
+    assert got[1] == {"role": "assistant", "content": None, "id": 7, "tool_calls": [
+        {"type": "function", "function": {"name": "a", "arguments": {}}},
+        {"type": "function", "function": {"name": "b", "arguments": {"x": 1}}}]}
+    q = {"role": "user", "content": "q"}
+    assert _refused_by(parse_conversation, [q, {"role": "function_call", "content": "not json"}]) == (
+        "not_a_tool_call", "message 1: a function_call that is not JSON: Expecting value: line 1 column 1 (char 0)")
+    assert _refused_by(parse_conversation, [q, {"role": "function_call", "content": "[1]"}]) == (
+        "not_a_tool_call", "message 1: a function_call that is not an object")
+
+
+def test_tools_given_with_a_list_of_messages_reach_the_template():
+    encoder = ChatEncoder(renderer(QWEN), backend(QWEN))
+    messages = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "Sunny."}]
+    with_tools = encoder.encode(Conversation(messages, [WEATHER])).text
+    assert "get_weather" in with_tools and "get_weather" not in encoder.encode(messages).text
+    assert encoder.encode(messages, tools=[WEATHER]).text == with_tools
+    assert encoder.tokenize(messages, tools=[WEATHER]).text == with_tools

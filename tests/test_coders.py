@@ -1,4 +1,4 @@
-"""A packing group's batches are never pickled just to be measured (transforms/io/coders.py)."""
+"""A packing group's batches are never pickled just to be measured (transforms/stages/coders.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from apache_beam.coders import coders as beam_coder_module
 
 from tests.helpers import ROOT, run_job
 from transforms.core.records import DocBatch, Document, EncodedBlock, GroupId, RowBlock, TokenBatch, WindowBlock
-from transforms.io.coders import BatchCoder, estimate_bytes
+from transforms.io.coders import estimate_bytes
+from transforms.stages.coders import BatchCoder
 
 BUNDLED = ROOT / "data" / "tokenizers" / "gpt2"
 

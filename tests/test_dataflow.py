@@ -105,8 +105,9 @@ def test_dry_run_with_setup_file_stages_our_packages(tmp_path, monkeypatch):
     with tarfile.open(staged["workflow.tar.gz"]) as tar:
         members = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
     for module in ("pipelines/create_hdf5_dataset.py", "pipelines/config.py", "transforms/io/fs.py",
-                   "transforms/io/hdf5_sink.py", "transforms/core/tokenizer/__init__.py",
-                   "transforms/core/tokenizer/backends.py", "transforms/core/tokenizer/exact.py"):
+                   "transforms/io/hdf5_sink.py", "transforms/stages/hdf5_sink.py",
+                   "transforms/core/tokenizer/__init__.py", "transforms/core/tokenizer/backends.py",
+                   "transforms/core/tokenizer/exact.py"):
         assert module in members, f"{module} missing from the staged package"
 
 
@@ -174,7 +175,7 @@ def test_everything_sent_to_workers_unpickles_in_a_fresh_process(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     loaded = json.loads(proc.stdout.strip().splitlines()[-1])
-    for fn in ("transforms.io.read_corpus._ReadUnitFn", "transforms.io.hdf5_sink._WriteShardFn"):
+    for fn in ("transforms.stages.read_corpus._ReadUnitFn", "transforms.stages.hdf5_sink._WriteShardFn"):
         assert fn in loaded, loaded
     assert any(name.startswith("transforms.stages.tokenize.") for name in loaded), loaded
 

@@ -1,4 +1,5 @@
-"""The dead-letter sink on its own (transforms/io/dead_letters.py): parts written, then assembled in file order.
+"""The dead-letter sink on its own (transforms/io/dead_letters.py, transforms/stages/dead_letters.py): parts
+written, then assembled in file order.
 
 The rules, from the sink's description and the README: one JSONL file per source under OUT/dead_letter/, named
 readably and safely with a digest of the whole path; records in file order whatever order their parts arrive
@@ -24,8 +25,10 @@ from tests.helpers import ROOT, run_job
 from transforms.core.records import BadRecord, DeadLetterPart, InputFile
 from transforms.io import dead_letters as sink
 from transforms.io import fs, read_corpus
-from transforms.io.dead_letters import DEAD_LETTER_DIR, WriteDeadLetters, dead_letter_file_name
-from transforms.io.read_corpus import DEAD_LETTERS, _ReadUnitFn, plan_units
+from transforms.io.dead_letters import DEAD_LETTER_DIR, dead_letter_file_name
+from transforms.io.read_corpus import plan_units
+from transforms.stages.dead_letters import WriteDeadLetters
+from transforms.stages.read_corpus import DEAD_LETTERS, _ReadUnitFn
 
 GPT2 = ROOT / "data" / "tokenizers" / "gpt2"
 NAME = re.compile(r"^[A-Za-z0-9._-]+\.[0-9a-f]{12}\.jsonl$")  # readable tail . digest . jsonl
@@ -85,7 +88,7 @@ def test_a_part_is_written_at_once_and_referred_to(tmp_path):
     out = str(tmp_path / "out")
     source = "/data/a.jsonl"
     records = [BadRecord(source, 3, "json_decode", "{é ∑".encode("utf-8")), BadRecord(source, None, "unreadable")]
-    ref = sink._write_part(DeadLetterPart(source, 4, 7, 2, records, True, 120), out)
+    ref = sink.write_part(DeadLetterPart(source, 4, 7, 2, records, True, 120), out)
     assert (ref.source, ref.first_group, ref.end_group, ref.part, ref.records, ref.relative, ref.lines) == \
         (source, 4, 7, 2, 2, True, 120)
     path = Path(ref.path)
@@ -98,15 +101,15 @@ def test_a_part_is_written_at_once_and_referred_to(tmp_path):
     assert "{é ∑" in lines[0] and lines[0] == json.dumps(records[0].to_json(), sort_keys=True,
                                                          ensure_ascii=False) + "\n"
     # parts of another unit, or another part of the unit, or another source, never share a file
-    others = [sink._write_part(DeadLetterPart(source, 4, 7, 3, records[:1]), out),
-              sink._write_part(DeadLetterPart(source, 5, 7, 2, records[:1]), out),
-              sink._write_part(DeadLetterPart("/data/b.jsonl", 4, 7, 2, records[:1]), out)]
+    others = [sink.write_part(DeadLetterPart(source, 4, 7, 3, records[:1]), out),
+              sink.write_part(DeadLetterPart(source, 5, 7, 2, records[:1]), out),
+              sink.write_part(DeadLetterPart("/data/b.jsonl", 4, 7, 2, records[:1]), out)]
     assert len({ref.path} | {o.path for o in others}) == 4
     assert not list(path.parent.glob("*" + fs.PARTIAL_SUFFIX))
 
 
 def test_a_part_without_records_writes_nothing(tmp_path):
-    ref = sink._write_part(DeadLetterPart("/data/a.jsonl", 2, 3, 0, [], True, 7), str(tmp_path))
+    ref = sink.write_part(DeadLetterPart("/data/a.jsonl", 2, 3, 0, [], True, 7), str(tmp_path))
     assert ref.path is None and ref.records == 0 and ref.lines == 7
     assert list(tmp_path.iterdir()) == []
 
@@ -116,10 +119,10 @@ def test_parts_on_an_object_store(tmp_path):
 
     out = f"memory://dl-{uuid.uuid4().hex[:8]}/out"
     src = "/data/r.jsonl"
-    refs = [sink._write_part(DeadLetterPart(src, 0, 1, p, [BadRecord(src, p + 1, "blank_line")]), out)
+    refs = [sink.write_part(DeadLetterPart(src, 0, 1, p, [BadRecord(src, p + 1, "blank_line")]), out)
             for p in range(3)]
     assert all(fs.exists(r.path) for r in refs)
-    assert sink._assemble((src, refs[::-1]), out) == 3
+    assert sink.assemble((src, refs[::-1]), out) == 3
     final = fs.join(out, DEAD_LETTER_DIR, dead_letter_file_name(src))
     assert [json.loads(line)["line"] for line in fs.read_bytes(final).decode().splitlines()] == [1, 2, 3]
 
@@ -137,8 +140,8 @@ def _lines(out, source) -> list:
 
 def test_a_source_without_written_parts_gets_no_file(tmp_path):
     out = str(tmp_path)
-    refs = [sink._write_part(DeadLetterPart("/data/a.jsonl", g, g + 1, 0, [], True, 5), out) for g in range(3)]
-    assert sink._assemble(("/data/a.jsonl", refs), out) == 0
+    refs = [sink.write_part(DeadLetterPart("/data/a.jsonl", g, g + 1, 0, [], True, 5), out) for g in range(3)]
+    assert sink.assemble(("/data/a.jsonl", refs), out) == 0
     assert not (tmp_path / DEAD_LETTER_DIR).exists()
 
 
@@ -151,9 +154,9 @@ def test_parts_are_assembled_by_unit_then_part(tmp_path):
         for part in range(3):
             records = [BadRecord(src, line + i + 1, "json_decode") for i in range(2)]
             line += 2
-            refs.append(sink._write_part(DeadLetterPart(src, first, first + 2, part, records), out))
+            refs.append(sink.write_part(DeadLetterPart(src, first, first + 2, part, records), out))
     random.Random(0).shuffle(refs)
-    assert sink._assemble((src, refs), out) == 18
+    assert sink.assemble((src, refs), out) == 18
     assert _lines(out, src) == list(range(1, 19))
 
 
@@ -169,8 +172,8 @@ def test_relative_lines_become_file_lines_and_others_are_kept(tmp_path):
     refs = []
     for first, end, lines, bad in units:
         records = [BadRecord(src, n, "blank_line") for n in bad]
-        refs.append(sink._write_part(DeadLetterPart(src, first, end, 0, records, True, lines), out))
-    assert sink._assemble((src, refs[::-1]), out) == 5
+        refs.append(sink.write_part(DeadLetterPart(src, first, end, 0, records, True, lines), out))
+    assert sink.assemble((src, refs[::-1]), out) == 5
     assert _lines(out, src) == [3, None, 18, 21, 23]
     # every other field is copied as written
     rows = [json.loads(line) for line in _final(out, src).open(encoding="utf-8")]
@@ -181,9 +184,9 @@ def test_a_record_moved_by_its_base_stays_readable(tmp_path):
     out = str(tmp_path)
     src = "/data/u.jsonl"
     raw = "naïve ∑ text".encode("utf-8")
-    refs = [sink._write_part(DeadLetterPart(src, 0, 1, 0, [], True, 3), out),
-            sink._write_part(DeadLetterPart(src, 1, 2, 0, [BadRecord(src, 2, "json_decode", raw)], True, 5), out)]
-    assert sink._assemble((src, refs), out) == 1
+    refs = [sink.write_part(DeadLetterPart(src, 0, 1, 0, [], True, 3), out),
+            sink.write_part(DeadLetterPart(src, 1, 2, 0, [BadRecord(src, 2, "json_decode", raw)], True, 5), out)]
+    assert sink.assemble((src, refs), out) == 1
     (line,) = _final(out, src).read_text(encoding="utf-8").splitlines(keepends=True)
     assert json.loads(line)["line"] == 5
     assert line == json.dumps(json.loads(line), sort_keys=True, ensure_ascii=False) + "\n"  # as a part line is
@@ -194,16 +197,16 @@ def test_absolute_lines_of_a_file_read_whole_are_kept(tmp_path):
     """Parts of a unit that counts lines from the file's start carry no line count: nothing is added."""
     out = str(tmp_path)
     src = "/data/w.jsonl"
-    refs = [sink._write_part(DeadLetterPart(src, 0, 1, p, [BadRecord(src, 10 * p + 4, "blank_line")]), out)
+    refs = [sink.write_part(DeadLetterPart(src, 0, 1, p, [BadRecord(src, 10 * p + 4, "blank_line")]), out)
             for p in range(2)]
-    assert sink._assemble((src, refs), out) == 2
+    assert sink.assemble((src, refs), out) == 2
     assert _lines(out, src) == [4, 14]
 
 
 def test_the_final_file_appears_complete_or_not_at_all(tmp_path, monkeypatch):
     out = str(tmp_path)
     src = "/data/a.jsonl"
-    refs = [sink._write_part(DeadLetterPart(src, 0, 1, 0, [BadRecord(src, 1, "x"), BadRecord(src, 2, "x")]), out)]
+    refs = [sink.write_part(DeadLetterPart(src, 0, 1, 0, [BadRecord(src, 1, "x"), BadRecord(src, 2, "x")]), out)]
     scratch = Path(fs.local_scratch_dir(out))
     before = set(scratch.iterdir())
 
@@ -214,21 +217,21 @@ def test_the_final_file_appears_complete_or_not_at_all(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sink.fs, "commit_local_file", failing)
     with pytest.raises(OSError, match="no space left"):
-        sink._assemble((src, refs), out)
+        sink.assemble((src, refs), out)
     assert not _final(out, src).exists()
     assert set(scratch.iterdir()) == before  # the temporary copy is removed
     monkeypatch.undo()
-    assert sink._assemble((src, refs), out) == 2
+    assert sink.assemble((src, refs), out) == 2
     assert set(scratch.iterdir()) == before
 
 
 def test_a_part_with_fewer_records_than_announced_is_refused(tmp_path):
     out = str(tmp_path)
     src = "/data/a.jsonl"
-    ref = sink._write_part(DeadLetterPart(src, 0, 1, 0, [BadRecord(src, 1, "x"), BadRecord(src, 2, "x")]), out)
+    ref = sink.write_part(DeadLetterPart(src, 0, 1, 0, [BadRecord(src, 1, "x"), BadRecord(src, 2, "x")]), out)
     Path(ref.path).write_text(Path(ref.path).read_text().splitlines(keepends=True)[0])  # one line lost
     with pytest.raises(RuntimeError, match=r"^dead letters of /data/a.jsonl: 1 records in the parts, 2 expected$"):
-        sink._assemble((src, [ref]), out)
+        sink.assemble((src, [ref]), out)
 
 
 # ---------------------------------------------------------------- from the reader: several units, several parts
@@ -267,9 +270,9 @@ def test_dead_letters_of_a_source_read_in_several_units_come_out_in_file_order(t
         by_unit.setdefault(p.first_group, []).append(p.part)
     assert len(by_unit) >= 4 and all(max(ps) >= 2 for ps in by_unit.values())  # several units, several parts
     out = str(tmp_path / "out")
-    refs = [sink._write_part(p, out) for p in parts]
+    refs = [sink.write_part(p, out) for p in parts]
     random.Random(1).shuffle(refs)
-    assert sink._assemble((str(path), refs), out) == len(bad)
+    assert sink.assemble((str(path), refs), out) == len(bad)
     assert _lines(out, str(path)) == bad
 
 

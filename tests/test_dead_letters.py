@@ -12,7 +12,8 @@ from tests.helpers import ROOT, run_job
 from transforms.core.records import BadRecord, DeadLetterPart, InputFile
 from transforms.io import dead_letters as sink
 from transforms.io import read_corpus
-from transforms.io.read_corpus import DEAD_LETTERS, _ReadUnitFn, plan_units
+from transforms.io.read_corpus import plan_units
+from transforms.stages.read_corpus import DEAD_LETTERS, _ReadUnitFn
 
 GPT2 = ROOT / "data" / "tokenizers" / "gpt2"
 
@@ -52,11 +53,11 @@ def test_a_heavy_source_is_assembled_in_bounded_memory(tmp_path):
     refs, n = [], 0
     for p in range(30):  # 30 parts x 1000 records x ~1 KiB of preview: ~35 MB of dead letters
         records = [BadRecord(source, p * 1000 + i + 1, "json_decode", b"x" * 1024) for i in range(1000)]
-        refs.append(sink._write_part(_part(source, 0, p, records), out))
+        refs.append(sink.write_part(_part(source, 0, p, records), out))
         n += len(records)
     tracemalloc.start()
     try:
-        assert sink._assemble((source, list(reversed(refs))), out) == n
+        assert sink.assemble((source, list(reversed(refs))), out) == n
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -65,7 +66,7 @@ def test_a_heavy_source_is_assembled_in_bounded_memory(tmp_path):
     lines = [json.loads(line)["line"] for line in open(final)]
     assert lines == list(range(1, n + 1))  # parts in order, whatever order they arrived in
     before = open(final, "rb").read()
-    assert sink._assemble((source, refs), out) == n  # a retry: the same file again
+    assert sink.assemble((source, refs), out) == n  # a retry: the same file again
     assert open(final, "rb").read() == before
 
 
@@ -73,13 +74,13 @@ def test_unit_relative_lines_become_file_lines(tmp_path):
     out = str(tmp_path / "out")
     src = "/data/split.jsonl"
     refs = [
-        sink._write_part(DeadLetterPart(src, 0, 2, 0, [BadRecord(src, 3, "blank_line")], False, 10), out),
-        sink._write_part(DeadLetterPart(src, 2, 3, 0, [], True, 7), out),  # a unit without bad records
-        sink._write_part(DeadLetterPart(src, 3, 4, 0, [BadRecord(src, 1, "blank_line"),
+        sink.write_part(DeadLetterPart(src, 0, 2, 0, [BadRecord(src, 3, "blank_line")], False, 10), out),
+        sink.write_part(DeadLetterPart(src, 2, 3, 0, [], True, 7), out),  # a unit without bad records
+        sink.write_part(DeadLetterPart(src, 3, 4, 0, [BadRecord(src, 1, "blank_line"),
                                                        BadRecord(src, None, "unreadable_file")], True, 4), out),
     ]
     assert refs[1].path is None
-    assert sink._assemble((src, refs), out) == 3
+    assert sink.assemble((src, refs), out) == 3
     final = os.path.join(out, "dead_letter", sink.dead_letter_file_name(src))
     assert [json.loads(line)["line"] for line in open(final)] == [3, 18, None]
 
@@ -122,15 +123,15 @@ def test_records_moved_by_a_line_base_keep_their_line_breakers_escaped(tmp_path)
     src = "/data/split.jsonl"
     breakers = "a\u0085b\u2028c\u2029d"
     refs = [
-        sink._write_part(DeadLetterPart(src, 0, 1, 0, [BadRecord(src, 2, "json_decode", f"one {breakers}".encode())],
+        sink.write_part(DeadLetterPart(src, 0, 1, 0, [BadRecord(src, 2, "json_decode", f"one {breakers}".encode())],
                                         True, 3), out),  # base 0: copied as written
-        sink._write_part(DeadLetterPart(src, 1, 2, 0, [BadRecord(src, 1, "json_decode", f"two {breakers}".encode()),
+        sink.write_part(DeadLetterPart(src, 1, 2, 0, [BadRecord(src, 1, "json_decode", f"two {breakers}".encode()),
                                                        BadRecord(src, None, "unreadable", breakers.encode())],
                                         True, 4), out),
-        sink._write_part(DeadLetterPart(src, 2, 3, 0, [BadRecord(src, 4, "blank_line", f"{breakers} three".encode())],
+        sink.write_part(DeadLetterPart(src, 2, 3, 0, [BadRecord(src, 4, "blank_line", f"{breakers} three".encode())],
                                         True, 6), out),  # base 3 + 4 = 7
     ]
-    assert sink._assemble((src, refs[::-1]), out) == 4
+    assert sink.assemble((src, refs[::-1]), out) == 4
     final = os.path.join(out, "dead_letter", sink.dead_letter_file_name(src))
     with open(final, encoding="utf-8", newline="") as f:
         text = f.read()

@@ -320,7 +320,7 @@ def test_the_progress_of_a_job_running_elsewhere_follows_its_counters(engine, re
     total, the input's size, exactly once: at the end."""
     from pipelines.config import load_config
     from pipelines.job import launch
-    from transforms.io import job_progress
+    from pipelines import job_progress
 
     monkeypatch.setattr(job_progress, "POLL_SECONDS", 0.2)
     _, flags = request.getfixturevalue(engine)

@@ -251,3 +251,213 @@ def test_an_unproven_ftfy_runs_ftfy_itself(monkeypatch):
         monkeypatch.undo()
         fast_ftfy._tables.cache_clear()
     assert fast_ftfy.ftfy_record() == {"version": ftfy.__version__, "fast_path": True}
+
+
+# --- The pieces at their edges (issue #51: what mutation testing showed no test pinned) ---
+
+@pytest.fixture
+def fresh():
+    """The tables built afresh, as a new worker builds them (fix_text uses them too), not this process's copy."""
+    fast_ftfy._tables.cache_clear()
+    try:
+        yield fast_ftfy._tables()
+    finally:
+        fast_ftfy._tables.cache_clear()
+
+
+def test_tables_built_afresh_make_fix_text_ftfys(fresh):
+    assert fresh.fast and fresh.reason == "" and fresh.badness is ftfy.badness.BADNESS_RE
+    # Plain ASCII (tabs, newlines and form feeds too) holds no trigger: such text takes no step at all.
+    assert fresh.trigger.search("".join(map(chr, range(32, 127))) + "\t\n\x0c") is None
+    # Each step's trigger, an entity, mojibake on a later line, a decomposed accent: ftfy's result, by hand.
+    cases = {
+        "\x1b[31mred\x1b[0m \ufb01 \uff21 \u2018q\u2019 \u201cq\u201d a\r\nb \x00": "red fi A 'q' \"q\" a\nb ",
+        "AT&amp;T\nnext line caf\u00c3\u00a9\ncafe\u0301 \ud83d": "AT&T\nnext line caf\u00e9\ncaf\u00e9 \ufffd",
+    }
+    for text, want in cases.items():
+        assert fix_text(text) == ftfy.fix_text(text) == want
+    # Every alternative of the mojibake detector is found, on a line of its own too (its `^` at a line's start).
+    for branch in _parser_branches(fresh.badness):
+        sample = _sample(branch)
+        for text in (sample, f"line\n{sample}\nmore"):
+            assert fast_ftfy._bad(fresh, text), (branch, text)
+
+
+def _parser_branches(pattern):
+    from re import _parser
+
+    return _parser.parse(pattern.pattern, pattern.flags)[0][1][1]
+
+
+def test_an_unproven_table_is_reported_with_what_is_wrong(monkeypatch):
+    monkeypatch.setattr(ftfy.fixes, "ANSI_RE", re.compile(r"\[([0-9;]*)m"))  # not starting with ESC
+    tables = fast_ftfy._Tables()
+    assert not tables.fast
+    assert tables.reason == f"ftfy {ftfy.__version__}: a terminal escape that does not start with ESC"
+
+
+def _starts(prefilter_of: str, text: str) -> list:
+    """Where the prefilter of the pattern `prefilter_of` has hits in `text`."""
+    return [m.start() for m in re.finditer(fast_ftfy._prefilter(re.compile(prefilter_of)), text)]
+
+
+def test_the_prefilter_starts_at_the_rarest_character_and_checks_the_ones_before_behind_it():
+    # ASCII costs most, then letters, then anything else: "aéb" is scanned for é (preceded by a, followed
+    # by b): only the é at 4 ("aéb" at 3).
+    assert _starts("a\u00e9b", "\u00e9b a\u00e9b a\u00e9") == [4]
+    # A letter and a quotation mark: the mark (after é), at 2.
+    assert _starts("\u00e9\u2019", "\u2019\u00e9\u2019") == [2]
+    # U+0080 is not ASCII: a control costs less than the letter before it.
+    assert _starts("\u00e9\x80", "\x80\u00e9\x80") == [2]
+    # A range: each of its characters starts the scan, nothing around it (ß before, ã after).
+    assert _starts("[\u00e0-\u00e2]", "\u00df\u00e0\u00e1\u00e2\u00e3") == [1, 2, 3]
+    # Alternatives with one first character, and another: "éa", "éb" and "àc" at 0, 3 and 9; not "éc", "àa".
+    assert _starts("\u00e9a|\u00e9b|\u00e0c", "\u00e9a \u00e9b \u00e9c \u00e0c \u00e0a") == [0, 3, 9]
+
+
+@pytest.mark.parametrize("pattern, probes", [
+    ("a.c", ["abc", "a\u00e9c", "ac", "XX\u00e9XX"]),
+    ("[^a-c\\d]", ["a", "b", "d", "5", "X"]),
+    ("[\\s][\\d]", [" 5", "\t0", "X5", " X", "55"]),
+    ("a{2,3}", ["a", "aa", "aaa", "aaaa"]),
+    ("a{2,}", ["a", "aa", "aaaaa"]),
+    ("(a|bc)d", ["ad", "bcd", "bd", "d"]),
+    ("x(?:ab|c)y", ["xaby", "xcy", "xay", "xy", "xabcy"]),
+])
+def test_unparsed_items_match_what_the_pattern_matches(pattern, probes):
+    from re import _parser
+
+    source = fast_ftfy._unparse(_parser.parse(pattern))
+    assert [bool(re.fullmatch(source, p)) for p in probes] == [bool(re.fullmatch(pattern, p)) for p in probes]
+
+
+def test_what_the_argument_does_not_cover_is_refused_by_name():
+    from re import _parser
+
+    def refusal(fn, *args) -> str:
+        with pytest.raises(fast_ftfy._Unsupported) as e:
+            fn(*args)
+        return str(e.value)
+
+    assert refusal(fast_ftfy._unparse, _parser.parse("[\\D]")) == "CATEGORY CATEGORY_NOT_DIGIT"
+    assert refusal(fast_ftfy._unparse, _parser.parse("(?=a)")) == "ASSERT"
+    assert refusal(fast_ftfy._prefilter, re.compile("[a-z]+")) == "an alternative without a bounded character"
+    assert refusal(fast_ftfy._prefilter, re.compile("\\b\u00e9")) == "anchor AT_BOUNDARY"
+    assert refusal(fast_ftfy._class_chars, "ab") == "not a character class: 'ab'"
+    # Windows around the prefilter's hits reach 64 characters either way: a match may be that long, not longer.
+    assert fast_ftfy._max_width(re.compile("a{64}")) == 64
+    assert refusal(fast_ftfy._max_width, re.compile("a{65}")) == "matches up to 65 characters long"
+
+    def not_a_translation(text):
+        return text
+
+    assert refusal(fast_ftfy._translating, {ord("a"): "b"}, not_a_translation) == (
+        "not_a_translation is not a translation by its table")
+
+
+def test_a_translation_by_substitution():
+    table = {ord("a"): None, ord("b"): ord("c"), ord("d"): "ee", ord("x"): "x"}
+
+    def translate(text):
+        return text.translate(table)
+
+    ours = fast_ftfy._translating(table, translate)
+    assert ours.__name__ == "translate"
+    assert ours("abd xa!") == "cee x!"  # removed, mapped to a code point, to a string; unchanged
+
+
+def test_the_normalization_hint():
+    """Combining marks, the second characters of canonical pairs, Hangul's medial and final jamo; no ASCII."""
+    hint = fast_ftfy._combining_hint()
+    assert not [cp for cp in hint if cp < 128]
+    assert {0x0301, 0x0BBE, 0x1161, 0x1175, 0x11A8, 0x11C2} <= hint  # acute; Tamil AA (of U+0BCA); jamo ends
+    assert not {0x1160, 0x1176, 0x11A7, 0x11C3} & hint  # just outside the jamo ranges
+
+
+def test_normalizing_asks_the_cheaper_question_and_keeps_the_text(monkeypatch):
+    import types
+
+    calls = []
+
+    def normalize(form, text):
+        calls.append(text)
+        return unicodedata.normalize(form, text)
+
+    monkeypatch.setattr(fast_ftfy, "unicodedata", types.SimpleNamespace(is_normalized=unicodedata.is_normalized,
+                                                                        normalize=normalize))
+    text = "plain, 日本語"
+    assert fast_ftfy._normal(T, "NFC", text) is text and calls == []  # the quick check answers
+    # A combining mark: normalized outright (the quick check would normalize too, to answer "maybe"); the
+    # result is equal, so the text itself comes back.
+    text = "x\u0301"
+    assert fast_ftfy._normal(T, "NFC", text) is text and calls == [text]
+
+
+@pytest.mark.parametrize("text, want", [
+    ("<b>&amp;</b>", "<b>&amp;</b>"),  # "<" in the first segment: no unescaping at all
+    ("x &amp;\n<p>", "x &\n<p>"),  # an entity just before the newline ending the last segment unescaped
+    ("a &amp;\nb &amp;\n<p> &amp;", "a &\nb &\n<p> &amp;"),  # every segment before the one with "<"
+])
+def test_html_unescaping_stops_at_the_segment_with_the_first_less_than_sign(text, want):
+    assert fix_text(text) == ftfy.fix_text(text) == want
+
+
+def test_ftfy_runs_only_on_the_segments_it_could_change(monkeypatch):
+    """The point of the module: ftfy's own (slow) loop only where a segment has something to fix."""
+    calls = []
+    fix_and_explain = ftfy.fix_and_explain
+
+    def spy(text, config=None):
+        calls.append(text)
+        return fix_and_explain(text, config)
+
+    monkeypatch.setattr(ftfy, "fix_and_explain", spy)
+    # Nothing to fix; what one pass over the whole text fixes (curly quotes, an entity, at the very start too,
+    # a decomposed accent): no call.
+    for text, want in (("plain line\nanother line\n", "plain line\nanother line\n"),
+                       ("\u2018q\u2019 one\ntwo\n", "'q' one\ntwo\n"), ("AT&amp;T\nplain\n", "AT&T\nplain\n"),
+                       ("&amp; x\n", "& x\n"), ("cafe\u0301\nplain\n", "caf\u00e9\nplain\n")):
+        assert fix_text(text) == want and calls == [], text
+    # A text of exactly max_decode_length characters is one segment: the one pass does it too.
+    length = T.max_decode_length
+    assert fix_text("\u2018q\u2019" + "x" * (length - 3)) == "'q'" + "x" * (length - 3) and calls == []
+    # Mojibake: ftfy on its segments, and on the one with an entity before the first "<" (not on the clean
+    # one between them, nor on the entity after "<", which stays escaped).
+    assert fix_text("a &amp; b\nplain\ncaf\u00c3\u00a9\n<p> &amp;\n") == "a & b\nplain\ncaf\u00e9\n<p> &amp;\n"
+    assert calls == ["a &amp; b\n", "caf\u00c3\u00a9\n"]
+
+
+def test_the_mojibake_search_in_windows_far_apart():
+    """Each window is searched on its own: a match in either, or in neither, of two windows far apart."""
+    hit = "\u012a\u00c3 "  # a hit of the prefilter (Ã and a space, after a letter) that BADNESS_RE does not match
+    bad = "\u00c3\u00a9"  # é as mojibake: a match
+    gap = " " * 20  # windows reach 7 characters either side of a hit
+    for text, want in ((bad + gap + hit, True), (hit + gap + bad, True), (hit + gap + hit, False)):
+        assert len(T.bad_prefilter.findall(text)) == 2 and (T.bad_re.search(text) is not None) == want
+        assert fast_ftfy._bad(T, text) == want, text
+
+
+def test_unescaping_that_makes_mojibake():
+    # "&Atilde;&copy;" unescapes to "Ã©", mojibake for é, which ftfy's fix_encoding sees in the same pass.
+    text = "caf&Atilde;&copy; cafe\u0301\n"
+    assert fix_text(text) == ftfy.fix_text(text) == "caf\u00e9 caf\u00e9\n"
+    assert fix_text(text, None) == ftfy.fix_text(text, normalization=None) == "caf\u00e9 cafe\u0301\n"
+
+
+def test_segments_after_a_line_longer_than_max_decode_length():
+    """The rest of a line cut at max_decode_length is a segment of its own, up to its newline: the next
+    segment, unescaped, is not taken with the one holding "<" (which would turn unescaping off for both)."""
+    line = "x" * (T.max_decode_length + 10) + "\n"
+    assert fix_text(line + "&amp; x\n<p> &amp;\n") == line + "& x\n<p> &amp;\n"
+
+
+def test_an_unproven_ftfy_normalizes_as_asked(monkeypatch):
+    monkeypatch.setattr(ftfy, "__version__", "99.0")
+    fast_ftfy._tables.cache_clear()
+    try:
+        assert not fast_ftfy.fast_path()
+        assert fix_text("cafe\u0301") == "caf\u00e9"  # NFC by default
+        assert fix_text("cafe\u0301", None) == "cafe\u0301"
+    finally:
+        monkeypatch.undo()
+        fast_ftfy._tables.cache_clear()

@@ -35,12 +35,13 @@ from transforms.core.timing import TIME_PREFIX
 from transforms.core.tokenizer import build_tokenizer
 from transforms.io import hdf5_sink
 from transforms.io.hdf5_format import compress_chunk, encode_batches, write_shard
-from transforms.io.hdf5_sink import (EncodeRows, RowFormat, ShardResult, WriteHdf5Shards, _EncodeFn, _FileRows,
-                                     _inline_piece, _make_layouts, _meta, _piece_rows, _piece_source, _route,
-                                     _WriteShardFn)
+from transforms.io.hdf5_sink import (FileRows, RowFormat, ShardResult, _inline_piece, _piece_rows, _piece_source,
+                                     route_pieces)
 from transforms.io.spill import read_spilled, spill_group
 from transforms.io.tokenizer_files import read_tokenizer_files
 from transforms.io.vsl_chunks import compress_vsl_row
+from transforms.stages import hdf5_sink as sink_stage
+from transforms.stages.hdf5_sink import EncodeRows, WriteHdf5Shards, _EncodeFn, _make_layouts, _meta, _WriteShardFn
 
 GPT2 = ROOT / "data" / "tokenizers" / "gpt2"
 PAD = 50256
@@ -111,7 +112,7 @@ def _write(blocks: list, output_dir, *, seed, files_per_record: int, num_output_
     layouts = _make_layouts([_meta(b) for b in blocks], parts, seed, files_per_record, num_output_files)
     by_file = defaultdict(list)
     for b in blocks:
-        for key, piece in _route(b, layouts):
+        for key, piece in route_pieces(b, layouts):
             by_file[key].append(piece)
     fn = _WriteShardFn(output_dir, "examples", msl, features, 4, keep_existing)
     results = []
@@ -167,7 +168,7 @@ def test_a_groups_rows_cross_the_shuffle_in_pieces_of_bounded_bytes(tmp_path, mo
     for b in blocks:
         g = layouts[None].group_of(b.group.sort_key)
         got = defaultdict(list)
-        pieces = list(_route(b, layouts))
+        pieces = list(route_pieces(b, layouts))
         for (_, f), piece in pieces:
             lengths = np.frombuffer(piece[2], dtype="<u4")
             assert piece[0] == g and (lengths.sum() <= limit or len(lengths) == 1)
@@ -224,7 +225,7 @@ def test_rows_land_where_the_rule_puts_them(tmp_path, seed):
 def test_a_shuffled_write_batch_places_every_row_by_its_position(tmp_path, monkeypatch):
     """Files written a few rows at a time: each batch gathers rows of many groups, which must be put back
     in position order (a batch placed by its permutation instead of the inverse fails here)."""
-    monkeypatch.setattr(hdf5_sink, "WRITE_BATCH_ROWS", 7)
+    monkeypatch.setattr(sink_stage, "WRITE_BATCH_ROWS", 7)
     groups = {_group(i): n for i, n in enumerate([40, 3, 25, 60, 11, 38])}
     blocks = [_block(g, n) for g, n in groups.items()]
     _write(blocks, str(tmp_path), seed=123, files_per_record=50, shuffle_pieces=5)
@@ -254,7 +255,7 @@ def test_rows_of_stored_groups_local_and_remote(tmp_path, monkeypatch):
                 blocks.append(EncodedBlock(g, n, stored=ref, stats=Stats()))
             layouts = _make_layouts([_meta(b) for b in blocks], (None,), seed, 6, None)
             reads.clear()
-            pieces = [p for b in blocks for _, p in _route(b, layouts)]
+            pieces = [p for b in blocks for _, p in route_pieces(b, layouts)]
             inline = kind == "remote" and seed is not None
             assert all(len(p) == (4 if inline else 3) for p in pieces), (kind, seed)
             assert len(reads) == (len(groups) if inline else 0)
@@ -326,8 +327,8 @@ def test_rows_of_five_features(tmp_path):
 
 def test_a_file_is_built_under_a_temporary_name_for_it(tmp_path, monkeypatch):
     commits = []
-    real = hdf5_sink.fs.commit_local_file
-    monkeypatch.setattr(hdf5_sink.fs, "commit_local_file", lambda tmp, final: commits.append((tmp, final)) or
+    real = sink_stage.fs.commit_local_file
+    monkeypatch.setattr(sink_stage.fs, "commit_local_file", lambda tmp, final: commits.append((tmp, final)) or
                         real(tmp, final))
     _write([_block(_group(0), 3)], str(tmp_path), seed=None, files_per_record=2)
     assert [final for _, final in commits] == [str(tmp_path / shard_name("examples", i)) for i in (0, 1)]
@@ -340,7 +341,7 @@ def test_a_file_is_built_under_a_temporary_name_for_it(tmp_path, monkeypatch):
 
 def test_seconds_spent_on_a_file(tmp_path, monkeypatch):
     clock = iter([10.0, 11.5, 12.0, 15.25])
-    monkeypatch.setattr(hdf5_sink, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    monkeypatch.setattr(sink_stage, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
     (result,) = _write([_block(_group(0), 3)], str(tmp_path), seed=None, files_per_record=5)
     assert result.seconds == {"shuffle": 1.5, "write": 3.25}
 
@@ -351,28 +352,28 @@ def test_a_file_missing_rows_is_refused(tmp_path):
     layout: Layout = layouts[None]
     pieces = defaultdict(list)
     for b in blocks:
-        for (part, f), p in _route(b, layouts):
+        for (part, f), p in route_pieces(b, layouts):
             pieces[f].append(p)
     for f, ps in pieces.items():
-        assert len(_FileRows(ps, layout, f)) == layout.files.size(f)
+        assert len(FileRows(ps, layout, f)) == layout.files.size(f)
         mine = layout.files.size(f)
         with pytest.raises(RuntimeError, match=rf"^shard {f}: {mine - len(_piece_rows(ps[0]))} rows, "
                                                rf"expected {mine}$"):
-            _FileRows(ps[1:], layout, f)
+            FileRows(ps[1:], layout, f)
     with pytest.raises(RuntimeError, match=r"^shard 0: 0 rows, expected 4$"):
-        _FileRows([], layout, 0)
+        FileRows([], layout, 0)
     shuffled = _make_layouts([_meta(b) for b in blocks], (None,), 5, 4, None)[None]
     with pytest.raises(RuntimeError, match=r"^shard 1: 0 rows, expected 4$"):
-        _FileRows([], shuffled, 1)
+        FileRows([], shuffled, 1)
 
 
 def test_file_rows_are_fetched_batch_by_batch_in_position_order(tmp_path):
     groups = {_group(0): 9, _group(1): 8, _group(2): 7}
     blocks = [_block(g, n) for g, n in groups.items()]
     layouts = _make_layouts([_meta(b) for b in blocks], (None,), 3, 24, None)
-    ((_, f),) = {k for b in blocks for k, _ in _route(b, layouts)}
-    pieces = [p for b in blocks for _, p in _route(b, layouts)]
-    rows = _FileRows(pieces[::-1], layouts[None], f)
+    ((_, f),) = {k for b in blocks for k, _ in route_pieces(b, layouts)}
+    pieces = [p for b in blocks for _, p in route_pieces(b, layouts)]
+    rows = FileRows(pieces[::-1], layouts[None], f)
     (expected,) = _expected_files(groups, 3, 24)
     chunks = [rows.batch(lo, min(lo + 5, 24)) for lo in range(0, 24, 5)]
     assert [len(c) for c in chunks] == [5, 5, 5, 5, 4]
@@ -476,7 +477,7 @@ class _Windows:
 
 def test_encode_fn_builds_window_rows_a_batch_at_a_time(gpt2, monkeypatch):
     files, tok = gpt2
-    monkeypatch.setattr(hdf5_sink, "WRITE_BATCH_ROWS", 3)
+    monkeypatch.setattr(sink_stage, "WRITE_BATCH_ROWS", 3)
     lengths = [4, 8, 8, 1, 6, 7, 3]
     rows = _lm_rows(lengths, 8, seed=3)
     windows = _Windows(rows)
@@ -485,7 +486,7 @@ def test_encode_fn_builds_window_rows_a_batch_at_a_time(gpt2, monkeypatch):
     assert [bytes(out.rows.chunk(i)) for i in range(7)] == [compress_chunk(r) for r in rows]
     assert out.stats.with_prefix(H5_ROWS)["detokenized_chars"] == _counts(rows, lengths, tok)["detokenized_chars"]
     assert out.stats.with_prefix(H5_ROWS)["num_sequences"] == 7
-    monkeypatch.setattr(hdf5_sink, "WRITE_BATCH_ROWS", 2)  # a RowBlock's rows, a batch at a time
+    monkeypatch.setattr(sink_stage, "WRITE_BATCH_ROWS", 2)  # a RowBlock's rows, a batch at a time
     out = _encode(_EncodeFn(RowFormat(8, PAD, False, False), files, 4, 2), RowBlock(_group(1), rows))
     assert [bytes(out.rows.chunk(i)) for i in range(7)] == [compress_chunk(r) for r in rows]
     assert out.stats.with_prefix(H5_ROWS)["non_pad_tokens"] == sum(lengths)
@@ -508,7 +509,7 @@ def _vsl_row(lengths: list[int], msl: int, seed: int) -> np.ndarray:
 
 def test_encode_fn_takes_vsl_rows_with_their_segments(gpt2, monkeypatch):
     files, _ = gpt2
-    monkeypatch.setattr(hdf5_sink, "WRITE_BATCH_ROWS", 2)
+    monkeypatch.setattr(sink_stage, "WRITE_BATCH_ROWS", 2)
     layouts = [[10], [4, 6], [3], [2, 2, 2], [1]]
     rows = np.stack([_vsl_row(lengths, 10, i) for i, lengths in enumerate(layouts)])
     out = _encode(_EncodeFn(RowFormat(10, PAD, False, False), files, 6, 1),
@@ -535,7 +536,7 @@ def test_encode_fn_takes_the_format_of_the_groups_output(gpt2):
 def test_encode_fn_time_and_an_empty_group(gpt2, monkeypatch):
     files, _ = gpt2
     clock = iter([100.0, 101.25])
-    monkeypatch.setattr(hdf5_sink, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    monkeypatch.setattr(sink_stage, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
     stats = Stats()
     stats.totals[TIME_PREFIX + "encode"] = 500  # an earlier stage's encode time on this group adds up
     out = _encode(_EncodeFn(RowFormat(8, PAD, False, False), files, 4, 1),
@@ -548,9 +549,9 @@ def test_encode_fn_time_and_an_empty_group(gpt2, monkeypatch):
 def test_encode_fn_reports_its_rows_to_the_progress_bar(gpt2, monkeypatch):
     files, _ = gpt2
     settled, counted = [], []
-    monkeypatch.setattr(hdf5_sink.progress, "settle", lambda key, fraction, **kw: settled.append((key, fraction)))
-    monkeypatch.setattr(hdf5_sink.progress, "count", lambda name, n=1: counted.append((name, n)))
-    monkeypatch.setattr(hdf5_sink, "WRITE_BATCH_ROWS", 2)
+    monkeypatch.setattr(sink_stage.progress, "settle", lambda key, fraction, **kw: settled.append((key, fraction)))
+    monkeypatch.setattr(sink_stage.progress, "count", lambda name, n=1: counted.append((name, n)))
+    monkeypatch.setattr(sink_stage, "WRITE_BATCH_ROWS", 2)
     group = _group(6, 2)
     _encode(_EncodeFn(RowFormat(8, PAD, False, False), files, 4, 1), RowBlock(group, _lm_rows([3] * 5, 8)))
     assert counted == [("sequences", 2), ("sequences", 2), ("sequences", 1)]
@@ -569,14 +570,14 @@ def test_encode_fn_compresses_on_the_process_share_of_cores(gpt2, monkeypatch):
     """The compression pool gets the cores the runner gives this process, at the job's gzip level."""
     files, _ = gpt2
     calls = []
-    real = hdf5_sink.encode_batches
+    real = sink_stage.encode_batches
 
     def recording(batches, **kw):
         calls.append((kw["threads"], kw["level"]))
         return real(batches, **kw)
 
-    monkeypatch.setattr(hdf5_sink, "encode_batches", recording)
-    monkeypatch.setattr(hdf5_sink, "process_threads", lambda cpus: {None: 8, 3: 3}[cpus])
+    monkeypatch.setattr(sink_stage, "encode_batches", recording)
+    monkeypatch.setattr(sink_stage, "process_threads", lambda cpus: {None: 8, 3: 3}[cpus])
     for cpus in (3, None):
         _encode(_EncodeFn(RowFormat(8, PAD, False, False), files, 2, cpus), RowBlock(_group(0), _lm_rows([3], 8)))
     assert calls == [(3, 2), (8, 2)]
@@ -584,7 +585,7 @@ def test_encode_fn_compresses_on_the_process_share_of_cores(gpt2, monkeypatch):
 
 def test_encode_rows_gives_its_dofn_the_cores_per_process(gpt2, monkeypatch):
     asked = []
-    monkeypatch.setattr(hdf5_sink, "process_threads", lambda cpus: asked.append(cpus) or 1)
+    monkeypatch.setattr(sink_stage, "process_threads", lambda cpus: asked.append(cpus) or 1)
     EncodeRows(RowFormat(8, PAD, False, False), gpt2[0], process_cpus=3)
     EncodeRows(RowFormat(8, PAD, False, False), gpt2[0])
     assert asked == [3, None]
@@ -595,10 +596,10 @@ def test_encode_fn_tells_the_bar_when_it_works(gpt2, monkeypatch):
     one stretch of "encode", from before its first row to after the group is settled."""
     files, _ = gpt2
     calls = []
-    monkeypatch.setattr(hdf5_sink.progress, "begin", lambda stage: calls.append(("begin", stage)))
-    monkeypatch.setattr(hdf5_sink.progress, "end", lambda stage, nbytes=0: calls.append(("end", stage, nbytes)))
-    monkeypatch.setattr(hdf5_sink.progress, "settle", lambda key, fraction, **kw: calls.append(("settle", fraction)))
-    monkeypatch.setattr(hdf5_sink, "WRITE_BATCH_ROWS", 2)
+    monkeypatch.setattr(sink_stage.progress, "begin", lambda stage: calls.append(("begin", stage)))
+    monkeypatch.setattr(sink_stage.progress, "end", lambda stage, nbytes=0: calls.append(("end", stage, nbytes)))
+    monkeypatch.setattr(sink_stage.progress, "settle", lambda key, fraction, **kw: calls.append(("settle", fraction)))
+    monkeypatch.setattr(sink_stage, "WRITE_BATCH_ROWS", 2)
     fn = _EncodeFn(RowFormat(8, PAD, False, False), files, 4, 1)
     _encode(fn, RowBlock(_group(0), _lm_rows([3] * 3, 8)))
     assert calls == [("begin", "encode"), ("settle", 2 / 3), ("settle", 1.0), ("settle", 1.0), ("end", "encode", 0)]
@@ -608,8 +609,8 @@ def test_the_composites_tell_the_bar_their_compressor_and_row_width(gpt2, monkey
     """Before anything is measured, the bar's prior for encoding is this machine's time with the job's compressor
     on rows of the job's width: the sink says both when the job graph is built."""
     told = []
-    monkeypatch.setattr(hdf5_sink.progress, "compressor", lambda compress: told.append(("compressor", compress)))
-    monkeypatch.setattr(hdf5_sink.progress, "row_width", lambda features: told.append(("row_width", features)))
+    monkeypatch.setattr(sink_stage.progress, "compressor", lambda compress: told.append(("compressor", compress)))
+    monkeypatch.setattr(sink_stage.progress, "row_width", lambda features: told.append(("row_width", features)))
     p = beam.Pipeline(options=PipelineOptions(["--runner", "FnApiRunner"]))
     rows = p | beam.Create([RowBlock(_group(0), _lm_rows([3], 8))])
     _ = rows | EncodeRows(RowFormat(8, PAD, False, False), gpt2[0], gzip_level=6) | WriteHdf5Shards(
@@ -624,8 +625,8 @@ def test_the_composites_tell_the_bar_their_compressor_and_row_width(gpt2, monkey
 def test_encode_fn_builds_its_detokenizer_once(gpt2, monkeypatch):
     files, _ = gpt2
     built = []
-    real = hdf5_sink.DetokCounter
-    monkeypatch.setattr(hdf5_sink, "DetokCounter", lambda tok: built.append(tok) or real(tok))
+    real = sink_stage.DetokCounter
+    monkeypatch.setattr(sink_stage, "DetokCounter", lambda tok: built.append(tok) or real(tok))
     fn = _EncodeFn(RowFormat(8, PAD, False, False), files, 4, 1)
     fn.setup()
     for _ in range(3):
@@ -644,7 +645,8 @@ def test_the_composites_in_a_pipeline(gpt2, tmp_path):
     p = beam.Pipeline(options=PipelineOptions(["--runner", "FnApiRunner"]))
     encoded = (p | beam.Create(blocks, reshuffle=False)
                | EncodeRows(RowFormat(8, PAD, False, False), files, gzip_level=6, process_cpus=1))
-    # the encoder says what it outputs, which is how Beam's registry finds the batches' coder (transforms/io/coders.py)
+    # the encoder says what it outputs, which is how Beam's registry finds the batches' coder
+    # (transforms/stages/coders.py)
     assert encoded.element_type is EncodedBlock
     shards = encoded | WriteHdf5Shards(output_dir=str(tmp_path), output_name="examples", files_per_record=10,
                                        shuffle_seed=9, max_seq_length=8, gzip_level=6)

@@ -339,3 +339,108 @@ def test_every_chat_record_2_10_read_is_read():
         assert is_chat(regions)
         assert [r.kind for r in regions] == [m["role"] for m in record["messages"]]
         assert [r.text for r in regions] == [m["content"].strip() for m in record["messages"]]
+
+
+# --- exact details, missing columns, the table as built (mutation testing: scripts/mutation.py) ------------------
+
+def refusal(fn, example, **kwargs):
+    """(reason, detail) of the RegionError the hook itself raises."""
+    with pytest.raises(RegionError) as info:
+        fn(example, **kwargs)
+    return info.value.reason, info.value.detail
+
+
+def test_a_missing_text_column_reads_as_the_empty_string():
+    # 2.10's text_read_hook reads `example.get(text_key, "")` (golden-2.10 .../out/hook.py): "", not None, so the
+    # record is refused as an empty part, not a null one.
+    assert text_read_hook({}, text_key="text") == [{"content": [{"text": ""}]}]
+    with pytest.raises(RegionError) as info:
+        read_semantic_array(text_read_hook({}, text_key="text"))
+    assert info.value.detail == "turn 0 (text), part 0: the 'text' part is empty"
+
+
+def test_missing_nlg_columns_read_as_the_empty_string():
+    # The docstring's rule (as text_read_hook's): each missing column is "", the turns still both there.
+    assert nlg_read_hook({}, context_key="c", completion_key="t") == [
+        {"content": [{"text": ""}], "type": "context"}, {"content": [{"text": ""}], "type": "completion"}]
+    assert nlg_read_hook({"t": "x"}, context_key="c", completion_key="t")[0] == {"content": [{"text": ""}],
+                                                                              "type": "context"}
+
+
+@pytest.mark.parametrize("hook, needed", list(REQUIRED_KWARGS.items()), ids=lambda x: getattr(x, "__name__", ""))
+def test_a_missing_kwarg_message_is_exactly_hook_and_kwarg(hook, needed):
+    # The message a config error shows the user: the hook's own name, not a substring of something else.
+    name = needed[-1]
+    with pytest.raises(ValueError) as info:
+        hook({"x": "a"}, **{k: "x" for k in needed if k != name})
+    assert str(info.value) == f"{hook.__name__} needs read_hook_kwargs.{name}"
+
+
+def test_check_hook_kwargs_without_a_column_says_so_exactly():
+    with pytest.raises(ValueError) as info:
+        check_hook_kwargs(text_read_hook, {"text": "x"})
+    assert str(info.value) == "read_hook_kwargs names no column: give at least one kwarg ending in _key"
+
+
+def test_chat_read_hook_details_name_the_records_messages():
+    assert refusal(chat_read_hook, {"messages": "hi"}, **CHAT) == (
+        "not_a_conversation", "'messages' holds str, not a list of messages")
+    three = msgs(("system", "S"), ("user", "a"), ("assistant", "b"), ("user", "c"))
+    assert refusal(chat_read_hook, {"messages": three}, **CHAT) == (
+        "unpaired_turns", "3 messages after the system message: not pairs of user and assistant")
+    # Without a system message the indices are the messages' own (first = 0): messages 2 and 3.
+    same = msgs(("user", "a"), ("assistant", "b"), ("user", "c"), ("user", "d"))
+    assert refusal(chat_read_hook, {"messages": same}, **CHAT) == (
+        "unpaired_turns", "messages 2 and 3 are both 'user': each pair needs two different roles")
+    # A roleless message: its index in the record, past the system message when there is one.
+    assert refusal(chat_read_hook, {"messages": msgs(("user", "a"), (None, "b"))}, **CHAT) == (
+        "unknown_region_type", "message 1 has no 'role'")
+    roleless = msgs(("system", "S"), ("user", "a"), (None, "b"))
+    assert refusal(chat_read_hook, {"messages": roleless}, **CHAT) == ("unknown_region_type", "message 2 has no 'role'")
+
+
+def test_chat_read_hook_passes_an_unhashable_role_on_to_be_refused():
+    # Only a string role is looked up among ShareGPT's names: a list role reaches read_semantic_array, which
+    # refuses it as a dead letter, rather than failing the hook with a TypeError.
+    example = {"messages": msgs((["user"], "a"), ("assistant", "b"))}
+    assert [t["type"] for t in chat_read_hook(example, **CHAT)] == [["user"], "assistant"]
+    assert reason(chat_read_hook, example, **CHAT) == "unknown_region_type"
+
+
+def test_dpo_transcript_details_say_where_the_prompt_ends():
+    assert refusal(dpo_read_hook, {"chosen": "Human: hi", "rejected": "Human: hi"}, **DPO) == (
+        "no_assistant_marker", "dpo_read_hook: the chosen text has no 'assistant:' to end its prompt")
+    # "Human: a\n\nAssistant:" is 6 + 2 + 2 + 10 = 20 characters: the cut the rejected text must share.
+    example = {"chosen": "Human: a\n\nAssistant: b", "rejected": "Human: x\n\nAssistant: y"}
+    assert refusal(dpo_read_hook, example, **DPO) == (
+        "prompts_differ", "dpo_read_hook: the rejected text does not begin with the chosen text's prompt (its first "
+                          "20 characters, up to the last 'assistant:')")
+
+
+def test_dpo_list_details_name_the_list_and_message():
+    one = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "a"}]
+    assert refusal(dpo_read_hook, {"chosen": one + one, "rejected": one}, **DPO) == (
+        "not_single_turn", "dpo_read_hook: the chosen list has 4 messages, not two (prompt, response)")
+    assert refusal(dpo_read_hook, {"chosen": one, "rejected": one[:1]}, **DPO) == (
+        "not_single_turn", "dpo_read_hook: the rejected list has 1 messages, not two (prompt, response)")
+    # An object without a content is no message either (not only a non-object).
+    no_content = [{"role": "user", "text": "Q"}, {"role": "assistant", "content": "a"}]
+    assert refusal(dpo_read_hook, {"chosen": no_content, "rejected": one}, **DPO) == (
+        "not_a_conversation", "dpo_read_hook: chosen message 0 is not an object with a content")
+    assert refusal(dpo_read_hook, {"chosen": one, "rejected": [one[0], "a"]}, **DPO) == (
+        "not_a_conversation", "dpo_read_hook: rejected message 1 is not an object with a content")
+    other = [{"role": "user", "content": "Q2"}, {"role": "assistant", "content": "a"}]
+    assert refusal(dpo_read_hook, {"chosen": one, "rejected": other}, **DPO) == (
+        "prompts_differ", "dpo_read_hook: the chosen and rejected lists begin with different prompts")
+
+
+def test_the_table_is_built_with_both_names_of_every_hook():
+    # BUILTIN_HOOKS is built once, at import: this builds it again, to hold exactly the six hooks and 2.10's
+    # prompt_completion_key alias, each by its short name and by 2.10's import path.
+    named = {"text_read_hook": text_read_hook, "prompt_completion_text_read_hook": prompt_completion_text_read_hook,
+             "prompt_completion_chat_read_hook": prompt_completion_chat_read_hook, "chat_read_hook": chat_read_hook,
+             "dpo_read_hook": dpo_read_hook, "nlg_read_hook": nlg_read_hook,
+             "prompt_completion_key": prompt_completion_text_read_hook}
+    expected = {**named, **{f"cerebras.modelzoo.data_preparation.data_preprocessing.hooks:{k}": fn
+                            for k, fn in named.items()}}
+    assert H._builtin_table() == expected

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from transforms.io import job_progress as jp
+from pipelines import job_progress as jp
+from transforms.stages.hdf5_sink import PROGRESS_COUNTER, PROGRESS_NAMESPACE
 
 
 class _Counters:
@@ -118,7 +119,7 @@ def _accumulator(value: int) -> str:
     from apache_beam.metrics import monitoring_infos
     from apache_beam.portability.api import beam_job_api_pb2
 
-    infos = [monitoring_infos.int64_user_counter(jp.PROGRESS_NAMESPACE, jp.PROGRESS_COUNTER, value, ptransform=step)
+    infos = [monitoring_infos.int64_user_counter(PROGRESS_NAMESPACE, PROGRESS_COUNTER, value, ptransform=step)
              for step in ("EncodeRows/Encode", "other")]
     infos.append(monitoring_infos.int64_user_counter("read", "documents", 7, ptransform="ReadCorpus"))
     # As Beam's Flink runner writes it: the job API's whole answer, {"metrics": {"attempted": [...]}}.

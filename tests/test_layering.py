@@ -1,4 +1,5 @@
-"""The architecture, checked: imports point inward only, the core touches no files, no module imports itself back."""
+"""The architecture, checked: imports point inward only, the core touches no files, transforms/io (storage) imports
+no Beam, the stages (Beam) touch files only through transforms/io, no module imports itself back."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ def _imports(path: Path) -> set[str]:
 
 
 CORE = sorted((ROOT / "transforms" / "core").rglob("*.py"))
+IO = sorted((ROOT / "transforms" / "io").rglob("*.py"))
+STAGES = sorted((ROOT / "transforms" / "stages").rglob("*.py"))
 NOT_PIPELINES = sorted((ROOT / "transforms").rglob("*.py"))
 
 
@@ -31,6 +34,15 @@ def test_core_is_pure(path):
     imports = _imports(path)
     assert "apache_beam" not in imports
     assert not imports & {"transforms.io", "transforms.stages", "pipelines", "h5py", "fsspec", "argparse", "yaml"}
+
+
+@pytest.mark.parametrize("path", IO, ids=lambda p: str(p.relative_to(ROOT / "transforms" / "io")))
+def test_io_is_storage_without_beam(path):
+    """transforms/io reads and writes (readers, writers, file systems, formats, codecs), with no Beam, not even
+    inside a function: every PTransform, DoFn, CombineFn and coder is in transforms/stages/, which io never imports."""
+    imports = _imports(path)
+    assert "apache_beam" not in imports
+    assert not imports & {"transforms.stages", "pipelines"}
 
 
 @pytest.mark.parametrize("path", NOT_PIPELINES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -99,6 +111,12 @@ def _file_io(source: str) -> list[str]:
 @pytest.mark.parametrize("path", CORE, ids=lambda p: str(p.relative_to(ROOT / "transforms" / "core")))
 def test_core_does_no_file_io(path):
     """The core is handed text, bytes and arrays, and hands back the same; transforms/io reads and writes."""
+    assert _file_io(path.read_text()) == []
+
+
+@pytest.mark.parametrize("path", STAGES, ids=lambda p: str(p.relative_to(ROOT / "transforms" / "stages")))
+def test_stages_do_file_io_only_through_io(path):
+    """A stage's steps reach a file only by calling transforms/io (a reader, a writer, transforms.io.fs)."""
     assert _file_io(path.read_text()) == []
 
 
@@ -247,6 +265,10 @@ _BLOCK_BEAM = ("import sys\n"
     ("training readers", "from transforms.io.map_dataset import H5MapDataset, ResumableSampler, to_hf_causal_lm\n"
                          "from transforms.io.dataset import H5Dataset\n"),
     # The read hooks' loader and the regions' check run in the reader, and in a user's own tests of a hook.
+    # Storage is storage: every transforms/io module imports without Beam, whatever it imports in turn.
+    ("storage", "import importlib, pkgutil, transforms.io\n"
+                "for m in pkgutil.walk_packages(transforms.io.__path__, 'transforms.io.'):\n"
+                "    importlib.import_module(m.name)\n"),
     ("read hooks", "from transforms.io.hooks import load_hook, parse_hook_spec\n"
                    "from transforms.core.regions import read_semantic_array\n"
                    "hook = load_hook(parse_hook_spec('text_read_hook'))\n"

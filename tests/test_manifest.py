@@ -1,4 +1,5 @@
-"""data_params.json without a pipeline (transforms/io/manifest.py): what it holds, and when it refuses to be written.
+"""data_params.json without a pipeline (transforms/io/manifest.py, transforms/stages/manifest.py): what it holds,
+and when it refuses to be written.
 
 The rules, from the README's data_params.json section and the module's description: the sections given, the
 features, the post-process, h5_dataset_stats and input sections recounted from the rows written (which must be
@@ -26,8 +27,8 @@ from transforms.core.tokenizer.fast import CHECK_FIELDS
 from transforms.core.timing import TIME_PREFIX
 from transforms.io import fs
 from transforms.io.hdf5_sink import ShardResult
-from transforms.io.manifest import (PARAMS_FILE, STAGES, MergeStats, WriteDatasetParams, WriteSplitParams,
-                                    _finalize, _finalize_split, build_params, build_summary)
+from transforms.io.manifest import PARAMS_FILE, STAGES, build_params, build_summary, finalize, finalize_split
+from transforms.stages.manifest import MergeStats, WriteDatasetParams, WriteSplitParams
 
 IDS = {"eos_id": 2, "pad_id": 0, "vocab_size": 50}
 
@@ -189,7 +190,7 @@ def test_finalize_writes_the_file_last_and_removes_the_scratch_space(tmp_path):
     out = tmp_path / "out"
     (out / fs.TMP_DIR / "groups").mkdir(parents=True)
     (out / fs.TMP_DIR / "groups" / "x.json").write_text("{}")
-    params = _finalize(_shards(5), _stats(), 1, str(out), {"setup": {"mode": "LMData"}}, IDS, {"k": "v"},
+    params = finalize(_shards(5), _stats(), 1, str(out), {"setup": {"mode": "LMData"}}, IDS, {"k": "v"},
                        VSL_FEATURES)
     text = (out / PARAMS_FILE).read_text()
     assert json.loads(text) == params and params["k"] == "v" and params["features"] == list(VSL_FEATURES)
@@ -197,7 +198,7 @@ def test_finalize_writes_the_file_last_and_removes_the_scratch_space(tmp_path):
     assert params["post-process"]["vocab_size"] == 50
     assert not (out / fs.TMP_DIR).exists()
     with pytest.raises(RuntimeError, match="dead letters"):  # refused: nothing written, scratch kept
-        _finalize(_shards(5), _stats(), 3, str(tmp_path / "other"), {}, IDS, {}, LM_FEATURES)
+        finalize(_shards(5), _stats(), 3, str(tmp_path / "other"), {}, IDS, {}, LM_FEATURES)
     assert not (tmp_path / "other" / PARAMS_FILE).exists()
 
 
@@ -342,7 +343,7 @@ def test_finalize_split_writes_every_output_then_the_summary(tmp_path):
     rest.add("bad.blank_line", 1, "/in/wiki/a.jsonl")
     sections = tuple({"setup": {"output": k}} for k in range(3))
     extras = tuple({"split": {"name": o.split}} for o in OUTPUTS)
-    summary = _finalize_split(shards, stats_by_part, rest, 1, str(out), OUTPUTS, dirs, sections, extras, IDS,
+    summary = finalize_split(shards, stats_by_part, rest, 1, str(out), OUTPUTS, dirs, sections, extras, IDS,
                               LM_FEATURES, {"setup": {"mode": "LMData"}}, {"features": list(LM_FEATURES)})
     written = [json.loads(open(os.path.join(d, PARAMS_FILE)).read()) for d in dirs]
     assert [w["setup"] for w in written] == [{"output": 0}, {"output": 1}, {"output": 2}]
@@ -359,7 +360,7 @@ def test_finalize_split_writes_every_output_then_the_summary(tmp_path):
     assert not any(os.path.exists(os.path.join(d, fs.TMP_DIR)) for d in dirs + (str(out),))
     # the job's dead letters are checked against the job's bad records
     with pytest.raises(RuntimeError, match=r"2 dead letters written, 1 bad records counted$"):
-        _finalize_split(shards, stats_by_part, rest, 2, str(tmp_path / "other"), OUTPUTS, dirs, sections, extras,
+        finalize_split(shards, stats_by_part, rest, 2, str(tmp_path / "other"), OUTPUTS, dirs, sections, extras,
                         IDS, LM_FEATURES, {}, {})
     assert not (tmp_path / "other" / PARAMS_FILE).exists()
 

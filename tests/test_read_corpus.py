@@ -16,8 +16,10 @@ from tests.helpers import ROOT, make_tar, run_job, zst
 from transforms.core.records import ROWS, WHOLE, Document, InputFile, WorkUnit
 from transforms.core.timing import TIME_PREFIX
 from transforms.io import progress, read_corpus
-from transforms.io.read_corpus import DEAD_LETTERS, DOCS, ReadCorpus, _ReadUnitFn, plan_units
+from transforms.io.read_corpus import plan_units
 from transforms.io.readers import parquet_shape
+from transforms.stages import read_corpus as read_stage
+from transforms.stages.read_corpus import DEAD_LETTERS, DOCS, ReadCorpus, _ReadUnitFn
 
 GPT2 = ROOT / "data" / "tokenizers" / "gpt2"
 KEYS = ("text",)
@@ -84,13 +86,13 @@ def test_the_job_refuses_dead_letters_it_did_not_count(tmp_path, monkeypatch):
     src = tmp_path / "in"
     src.mkdir()
     (src / "a.jsonl").write_bytes(_line("fine") + b"{bad\n")
-    real = read_corpus._DeadLetters.add
+    real = read_corpus.DeadLetterParts.add
 
     def add_twice(self, record):  # a reader that writes one dead letter more than it counts
         real(self, record)
         return real(self, record)
 
-    monkeypatch.setattr(read_corpus._DeadLetters, "add", add_twice)
+    monkeypatch.setattr(read_corpus.DeadLetterParts, "add", add_twice)
     argv = ["LMData", "--input_dir", str(src), "--output_dir", str(tmp_path / "out"), "--tokenizer_type",
             "GPT2Tokenizer", "--vocab_file", str(GPT2 / "vocab.bpe"), "--encoder_file", str(GPT2 / "encoder.json")]
     with pytest.raises(Exception, match="2 dead letters written, 1 bad records counted"):
@@ -337,19 +339,19 @@ def test_the_read_stage_finishes_the_bytes_each_output_stands_for(tmp_path, monk
 
 def test_a_parquet_unit_of_a_file_of_unknown_size_has_no_bytes_to_share():
     """The bar's total counts a file by its listed size: with none (or 0) its groups have nothing to share."""
-    from transforms.io.read_corpus import _ProgressShares
+    from transforms.io.read_corpus import ProgressShares
     from transforms.io.readers import StreamPosition
 
     for size in (None, 0):
         unit = WorkUnit(InputFile(0, "a.parquet", "a.parquet", size), ROWS, 0, 2, 2, 5, 10)
-        shares = _ProgressShares(unit, StreamPosition())
+        shares = ProgressShares(unit, StreamPosition())
         assert [shares(0, False), shares(1, True)] == [0, 0]
 
 
 @pytest.mark.parametrize("fan_out_bytes", [None, 5])
 def test_the_groups_are_typed_for_their_coder(fan_out_bytes):
     """ReadCorpus's groups are typed DocBatch, so Beam encodes and sizes them with BatchCoder instead of pickling
-    each one to measure it (transforms/io/coders.py), also where a large file's groups are handed on to
+    each one to measure it (transforms/stages/coders.py), also where a large file's groups are handed on to
     other workers (a distributed runner's fan-out). The graph is built, not run."""
     import shutil
 
@@ -357,7 +359,7 @@ def test_the_groups_are_typed_for_their_coder(fan_out_bytes):
     from apache_beam import coders
 
     from transforms.core.records import DocBatch
-    from transforms.io.coders import BatchCoder
+    from transforms.stages.coders import BatchCoder
 
     pipeline = beam.Pipeline()
     read = (pipeline | beam.Create([InputFile(0, "a.jsonl", "a.jsonl", 1)])
@@ -412,7 +414,7 @@ def test_each_group_records_the_milliseconds_spent_reading_it(tmp_path, monkeypa
             cls.now += 1.0
             return cls.now
 
-    monkeypatch.setattr(read_corpus, "time", OneSecondPerLook)
+    monkeypatch.setattr(read_stage, "time", OneSecondPerLook)
     groups, _ = _read(_serial(tmp_path, [600, 500, 700, 10]), group_bytes=1000)
     # The clock is read once when reading starts or resumes and once when a group closes: one second each.
     assert [g.stats.totals["time_ms.read"] for g in groups] == [1000, 1000]

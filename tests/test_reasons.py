@@ -17,6 +17,14 @@ ROOT = Path(__file__).resolve().parents[1]
 _RAISED = re.compile(r"""(?:ChatError|RegionError)\(\s*["']([a-z_]+)["']""")
 _RETURNED = re.compile(r"""return\s+["']([a-z_]+)["'],\s*\(?f?["']""")  # return "reason", "detail"
 _ASSIGNED = re.compile(r"""\breason\s*=\s*["']([a-z_]+)["']""")
+# A reason counted by the constant that names it: stats.add(f"dropped.{NOT_IN_MIXTURE}", ...).
+_COUNTED = re.compile(r"""["'](?:dropped|bad)\.\{([A-Z_]+)\}""")
+
+
+def _module_of(path: Path):
+    import importlib
+
+    return importlib.import_module(".".join(path.relative_to(ROOT).with_suffix("").parts))
 
 
 def _named_in_code() -> dict:
@@ -27,13 +35,17 @@ def _named_in_code() -> dict:
             for pattern in (_RAISED, _RETURNED, _ASSIGNED):
                 for m in pattern.finditer(text):
                     found.setdefault(m.group(1), f"{path.relative_to(ROOT)}:{text[:m.start()].count(chr(10)) + 1}")
+            for m in _COUNTED.finditer(text):  # the constant's value, where the module defines or imports it
+                value = getattr(_module_of(path), m.group(1))
+                found.setdefault(value, f"{path.relative_to(ROOT)}:{text[:m.start()].count(chr(10)) + 1}")
     return found
 
 
 def test_every_reason_the_code_names_is_defined():
     named = _named_in_code()
     # The scan finds each form (it must not silently find nothing): raised, returned, assigned.
-    assert {"too_long", "unpaired_turns", "hook_raised", "system_not_rendered", "bad_loss_weight"} <= set(named)
+    assert {"too_long", "unpaired_turns", "hook_raised", "system_not_rendered", "bad_loss_weight",
+            "not_in_mixture"} <= set(named)
     undefined = {name: where for name, where in named.items() if not reasons.known(name)}
     assert not undefined, f"reasons not in transforms/core/reasons.py: {undefined}"
 

@@ -422,3 +422,58 @@ def test_regions_to_token_weights_with_a_real_tokenizer():
     assert by_weight == {1: "It is ", 2: "4."} or by_weight == {1: "It is", 2: " 4."}
     trained_text = "".join(text[s:e] for (s, e), x in zip(encoding.offsets, weights) if x)
     assert trained_text == "It is 4."
+
+
+# --- exact details and edge values (mutation testing: scripts/mutation.py) ---------------------------------
+
+def test_null_config_maps_read_as_empty_and_pretraining_as_a_bool():
+    cfg = RegionDefaults(semantic_loss_weight=None, semantic_drop_mask=None, semantic_attention_mask=None,
+                         pretraining=1)
+    assert (cfg.semantic_loss_weight, cfg.semantic_drop_mask, cfg.semantic_attention_mask) == ({}, {}, {})
+    assert cfg.pretraining is True
+    assert RegionDefaults(pretraining="").pretraining is False
+
+
+def test_config_map_messages_name_the_value_exactly():
+    with pytest.raises(ValueError) as info:
+        RegionDefaults(semantic_drop_mask=[1])
+    assert str(info.value) == "processing.semantic_drop_mask must be a map of region key -> value, not a list"
+    with pytest.raises(ValueError) as info:
+        RegionDefaults(semantic_loss_weight={"text": 0.5})
+    assert str(info.value) == "processing.semantic_loss_weight['text']: 0.5 is not a whole number >= 0 (masks are int32)"
+
+
+def test_refusal_details_are_exact():
+    assert refused([]).detail == "the read hook returned no turns"
+    # Finetuning: a null part and an empty part are told apart in the detail.
+    assert refused([turn("user", None)]).detail == "turn 0 (user), part 0: the 'text' part is null"
+    assert refused([turn("user", "a", "")]).detail == "turn 0 (user), part 1: the 'text' part is empty"
+    # Pretraining: empty parts are skipped; a record left with nothing says which way it came to nothing.
+    left_empty = refused([turn(None, "", None)], PRETRAINING)
+    assert (left_empty.reason, left_empty.detail) == ("empty_region", "every part of the record is empty or null")
+    dropped = refused([turn("user", "a", semantic_drop_mask=[True])])
+    assert (dropped.reason, dropped.detail) == ("empty_array",
+                                                "every part of the record is dropped (semantic_drop_mask)")
+
+
+def test_a_loss_weight_too_large_for_a_float_is_refused_not_a_crash():
+    # JSON integers have no size limit: 10**400 is whole and > int32, so refused as a bad weight (float(10**400)
+    # would raise OverflowError instead of giving the record its dead-letter reason).
+    error = refused([turn("assistant", "a", semantic_loss_weight=[10**400])])
+    assert (error.reason, error.detail) == (
+        "bad_loss_weight", f"turn 0 (assistant), part 0: semantic_loss_weight {10**400!r} is not a whole number >= 0 "
+                           "(masks are int32)")
+
+
+def test_conversation_spans_of_three_parts_run_on():
+    # "a" + "bc" + "d": each part starts where the one before ends, 0-1, 1-3, 3-4.
+    messages, spans = conversation(read_semantic_array([turn("user", "a", "bc", "d")]))
+    assert messages == [{"role": "user", "content": "abcd"}]
+    assert spans == [[(0, 1), (1, 3), (3, 4)]]
+
+
+def test_token_weights_with_starts_out_of_order_and_ends_in_order():
+    # Token 2 (2-4) begins before token 1 (3-4) though the ends are in order: the span 2-3 overlaps token 2 only
+    # (token 1 starts at its end), which a binary search over the unsorted starts would miss.
+    offsets = [[0, 1], [3, 4], [2, 4]]
+    assert region_token_weights(offsets, [(2, 3, 1)], 3).tolist() == [0, 0, 1]

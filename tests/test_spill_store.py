@@ -1,4 +1,5 @@
-"""The group store between packing and writing (transforms/io/spill.py) and its Beam side (intermediate.py).
+"""The group store between packing and writing (transforms/io/spill.py) and its Beam side
+(transforms/stages/intermediate.py).
 
 The rules, from the store's description: a group's rows, offsets and a `.json` marker written last (the marker
 means the group is complete); local files written under a temporary name and renamed, objects uploaded whole;
@@ -31,9 +32,10 @@ from transforms.core.records import DocBatch, EncodedBlock, GroupId
 from transforms.core.splits import Output, SplitPlan
 from transforms.core.stats import Stats
 from transforms.core.timing import TIME_PREFIX
-from transforms.io import fs, intermediate, progress, spill
-from transforms.io.intermediate import STORED, SkipStoredGroups, StoreGroups, _SkipFn, _StoreFn
+from transforms.io import fs, progress, spill
 from transforms.io.spill import SpillRef, find_spilled, load_spilled, read_spilled, spill_group
+from transforms.stages import intermediate
+from transforms.stages.intermediate import STORED, SkipStoredGroups, StoreGroups, _SkipFn, _StoreFn
 
 
 def _chunks(n: int, seed: int = 0) -> list[bytes]:
@@ -266,7 +268,7 @@ def test_a_remote_chunks_file_in_npy_format_2_is_read(monkeypatch):
     assert _rows_of(stored.take(np.array([5, 0, 1]))) == [chunks[5], chunks[0], chunks[1]]
 
 
-# ---------------------------------------------------------------- intermediate.py: the DoFns
+# ---------------------------------------------------------------- stages/intermediate.py: the DoFns
 
 
 class _Clock:
@@ -381,7 +383,7 @@ def test_skip_fn_with_splits_needs_every_share(tmp_path, bar):
     assert len(main) == 1 and stored == []
 
 
-# ---------------------------------------------------------------- intermediate.py: the composites
+# ---------------------------------------------------------------- stages/intermediate.py: the composites
 
 
 def _pipeline() -> beam.Pipeline:

@@ -11,7 +11,7 @@ import pytest
 from pipelines.runners import beam_options, process_cpus
 from tests.helpers import ROOT
 from transforms.core.threads import machine_cpus, process_threads
-from transforms.io.hdf5_sink import _EncodeFn
+from transforms.stages.hdf5_sink import _EncodeFn
 
 _COUNT_ENCODER_THREADS = """
 import os, sys, threading

@@ -38,6 +38,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from transforms.core import reasons
 from transforms.core.records import document_token_counts
 from transforms.core.seeds import hash_key
 
@@ -115,7 +116,7 @@ def parse_mixture(entries, *, total_tokens=None, seed: int = 0) -> MixtureSpec:
         path = entry.get("source", entry.get("path"))
         if not isinstance(path, str) or not path.strip():
             raise ValueError(f"{where}: needs source: a directory, a glob or a metadata file")
-        name = str(entry.get("name") or _default_name(path))
+        name = str(entry.get("name") or _default_name(path.strip()))
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
             raise ValueError(f"{where}: name {name!r}: use letters, digits, '.', '_' or '-'")
         if name in names:
@@ -368,7 +369,7 @@ def refine_plan(coarse: MixturePlan, boundary: Iterable[tuple[int, int, int]]) -
 
 # Counters a mixture adds to the job's statistics, per source name: `mixture.<field>.<source>`.
 MIXTURE_PREFIX = "mixture."
-NOT_IN_MIXTURE = "not_in_mixture"  # the reason a document the mixture did not take is counted as dropped
+NOT_IN_MIXTURE = reasons.NOT_IN_MIXTURE  # the reason a document the mixture did not take is counted as dropped
 REPEATS = "docs_repeated"  # copies of documents past their first: documents the input did not have
 
 

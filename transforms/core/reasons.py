@@ -21,7 +21,8 @@ import dataclasses
 __all__ = ["Reason", "REASONS", "BAD", "DROPPED", "BOTH", "describe", "known",
            "JSON_DECODE", "BLANK_LINE", "MISSING_KEY", "NOT_A_STRING", "NULL_TEXT", "INVALID_UTF8",
            "TRUNCATED_STREAM", "UNREADABLE_FILE", "TOO_LONG", "TOO_DEEP", "SHORTER_THAN_MIN_SEQUENCE_LEN",
-           "NO_TOKEN_TO_PREDICT", "REMAINDER_NOT_WRITTEN", "CUT_BY_SHORT_SEQ_PROB", "LONGER_THAN_MAX_SEQ_LENGTH"]
+           "NO_TOKEN_TO_PREDICT", "REMAINDER_NOT_WRITTEN", "CUT_BY_SHORT_SEQ_PROB", "LONGER_THAN_MAX_SEQ_LENGTH",
+           "NOT_IN_MIXTURE"]
 
 BAD, DROPPED, BOTH = "bad", "dropped", "bad or dropped"
 
@@ -50,6 +51,8 @@ NO_TOKEN_TO_PREDICT = "no_token_to_predict"
 REMAINDER_NOT_WRITTEN = "remainder_not_written"
 CUT_BY_SHORT_SEQ_PROB = "cut_by_short_seq_prob"
 LONGER_THAN_MAX_SEQ_LENGTH = "longer_than_max_seq_length"
+# Selection.
+NOT_IN_MIXTURE = "not_in_mixture"
 
 REASONS: tuple[Reason, ...] = (
     # Reading.
@@ -70,6 +73,9 @@ REASONS: tuple[Reason, ...] = (
     Reason(REMAINDER_NOT_WRITTEN, DROPPED, "the tokens after the last full row, with write_remainder False"),
     Reason(CUT_BY_SHORT_SEQ_PROB, DROPPED, "tokens cut off a row shortened by short_seq_prob"),
     Reason(LONGER_THAN_MAX_SEQ_LENGTH, DROPPED, "over max_seq_length + 1 tokens, with fold_long_doc False"),
+    # Selecting.
+    Reason(NOT_IN_MIXTURE, DROPPED, "a document a mixture's draw did not take (its source's budget is met "
+           "without it)"),
     # Conversations and preference pairs (the chat template's rendering and its loss mask).
     Reason("no_messages", BOTH, "the conversation holds no message"),
     Reason("not_a_conversation", BOTH, "the conversation is not a list of messages"),

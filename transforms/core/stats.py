@@ -33,7 +33,7 @@ ROLE_TRAINED = "chat_loss_valid."
 ENCODER_CHECK = "encoder_check."
 # The input bytes on storage a block of rows stands for (its group's share, or its part's in a split job), set
 # where it is tokenized: EncodeRows counts it, when the block is compressed, in the Beam counter a launcher
-# follows a remote job's progress by (transforms/io/job_progress.py). Only in `totals`: never a section.
+# follows a remote job's progress by (pipelines/job_progress.py). Only in `totals`: never a section.
 PROGRESS_BYTES = "progress_bytes"
 
 

@@ -1,16 +1,16 @@
-"""The dead-letter sink: every bad record, one JSONL file per source, in bounded memory.
+"""The dead-letter files: every bad record, one JSONL file per source, assembled from parts in bounded memory.
 
-    DeadLetterPart ─WriteParts─► part file under OUT/.tmp/dead_letter/ + PartRef
-                   ─GroupBySource (PartRef only)─► AssembleSourceFiles: parts copied in file order
-                                                   to OUT/dead_letter/<source>.<digest>.jsonl, renamed when complete
+    DeadLetterPart ─write_part─► part file under OUT/.tmp/dead_letter/ + _PartRef
+    a source's _PartRefs ─assemble─► its parts copied in file order to OUT/dead_letter/<source>.<digest>.jsonl,
+                                     renamed when complete
 
 A reader hands its bad records on in parts of a few thousand, each written to
-its own file at once (fused with the reader, so never gathered anywhere), and
-only small references to them cross the GroupByKey. A source's final file is
-the concatenation of its parts, streamed, so a source with millions of bad
-lines costs disk, not memory. Records appear in file order (tar members in
-archive order); line numbers of the later units of a .jsonl file read in
-parallel are turned into file line numbers on the way.
+its own file at once, and only small references to them are gathered by
+source (transforms/stages/dead_letters.py wires this in the job). A source's
+final file is the concatenation of its parts, streamed, so a source with
+millions of bad lines costs disk, not memory. Records appear in file order
+(tar members in archive order); line numbers of the later units of a .jsonl
+file read in parallel are turned into file line numbers on the way.
 """
 
 from __future__ import annotations
@@ -22,14 +22,13 @@ import os
 import re
 from typing import Optional
 
-import apache_beam as beam
 import fsspec
 
 from transforms.core.records import DeadLetterPart
 from transforms.core.units import line_bases
 from transforms.io import fs
 
-__all__ = ["WriteDeadLetters", "DEAD_LETTER_DIR", "dead_letter_file_name"]
+__all__ = ["DEAD_LETTER_DIR", "dead_letter_file_name", "write_part", "assemble"]
 
 DEAD_LETTER_DIR = "dead_letter"
 _PARTS_DIR = "dead_letter"  # inside OUT/.tmp
@@ -72,7 +71,8 @@ class _PartRef:
     lines: Optional[int]
 
 
-def _write_part(part: DeadLetterPart, output_dir: str) -> _PartRef:
+def write_part(part: DeadLetterPart, output_dir: str) -> _PartRef:
+    """Write a part's records to a file of their own under OUT/.tmp; the reference to it (to `assemble`)."""
     path = None
     if part.records:
         path = fs.join(output_dir, fs.TMP_DIR, _PARTS_DIR, _digest(part.source),
@@ -84,7 +84,7 @@ def _write_part(part: DeadLetterPart, output_dir: str) -> _PartRef:
                     part.relative, part.lines)
 
 
-def _assemble(item: tuple, output_dir: str) -> int:
+def assemble(item: tuple, output_dir: str) -> int:
     """Copy one source's parts, in file order, into its dead-letter file; returns the records written."""
     source, refs = item
     refs = sorted(refs, key=lambda r: (r.first_group, r.part))
@@ -119,23 +119,3 @@ def _assemble(item: tuple, output_dir: str) -> int:
     if count != expected:
         raise RuntimeError(f"dead letters of {source}: {count} records in the parts, {expected} expected")
     return count
-
-
-class WriteDeadLetters(beam.PTransform):
-    """PCollection[DeadLetterPart] -> PCollection[int] (one element: records written).
-
-    One JSONL file per source under OUT/dead_letter/ (`dead_letter_file_name`),
-    its records in file order, so the output does not depend on the runner.
-    """
-
-    def __init__(self, output_dir: str):
-        super().__init__()
-        self._output_dir = output_dir
-
-    def expand(self, parts):
-        return (parts
-                | "WriteParts" >> beam.Map(_write_part, self._output_dir)
-                | "BySource" >> beam.Map(lambda ref: (ref.source, ref))
-                | "GroupBySource" >> beam.GroupByKey()
-                | "AssembleSourceFiles" >> beam.Map(_assemble, self._output_dir)
-                | "CountDeadLetters" >> beam.CombineGlobally(sum))

@@ -1,7 +1,9 @@
 """The file written after every shard and dead letter: data_params.json, last.
 
 data_params.json is the completion marker: it is written only once every
-shard is committed, so its presence means the dataset is complete.
+shard is committed, so its presence means the dataset is complete. The Beam
+side (the steps that gather the shards and statistics and call `finalize`)
+is transforms/stages/manifest.py.
 """
 
 from __future__ import annotations
@@ -9,8 +11,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from typing import Optional
-
-import apache_beam as beam
 
 from transforms.core.features import LM_FEATURES, VSL_FEATURES
 from transforms.core.mixture import mixture_section
@@ -22,27 +22,11 @@ from transforms.io import fs
 
 STAGES = ("read", "normalize", "tokenize", "pack", "fim", "encode", "shuffle", "write")
 
-__all__ = ["WriteDatasetParams", "WriteSplitParams", "MergeStats", "PARAMS_FILE", "EMPTY_NOTE", "build_summary"]
+__all__ = ["PARAMS_FILE", "EMPTY_NOTE", "STAGES", "build_params", "finalize", "build_summary", "finalize_split"]
 
 PARAMS_FILE = "data_params.json"
 # data_params.json's "empty" of a dataset without rows.
 EMPTY_NOTE = "no rows: no document reached this output, or none made a row (see input)"
-
-
-class MergeStats(beam.CombineFn):
-    """Stats values summed into one; associative and commutative."""
-
-    def create_accumulator(self):
-        return Stats()
-
-    def add_input(self, acc, stats):
-        return acc.merge_from(stats)
-
-    def merge_accumulators(self, accs):
-        return merge(accs)
-
-    def extract_output(self, acc):
-        return acc
 
 
 def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad_id: int, vocab_size: int,
@@ -96,8 +80,9 @@ def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad
     return params
 
 
-def _finalize(shards: list, stats: Stats, dead_letters: int, output_dir: str, sections: dict, ids: dict,
-              extra: dict, features: tuple, mixture: Optional[list] = None) -> dict:
+def finalize(shards: list, stats: Stats, dead_letters: int, output_dir: str, sections: dict, ids: dict,
+             extra: dict, features: tuple, mixture: Optional[list] = None) -> dict:
+    """Write an output's data_params.json (`build_params`), then remove its OUT/.tmp; the params written."""
     params = build_params(shards, stats, sections, extra=extra, dead_letters=dead_letters, features=features, **ids)
     if mixture:  # the plan's summary (a singleton list), with what the job took of each source
         params["mixture"] = mixture_section(mixture[0], stats)
@@ -105,35 +90,6 @@ def _finalize(shards: list, stats: Stats, dead_letters: int, output_dir: str, se
     fs.write_text_atomic(fs.join(output_dir, PARAMS_FILE), json.dumps(params, indent=4, sort_keys=True) + "\n")
     fs.remove_tree(fs.join(output_dir, fs.TMP_DIR))
     return params
-
-
-class WriteDatasetParams(beam.PTransform):
-    """PCollection[ShardResult] (+ stats, dead-letter count) -> the params dict, after writing it."""
-
-    def __init__(self, *, output_dir: str, sections: dict, eos_id: int, pad_id: int, vocab_size: int,
-                 stats, dead_letters, extra: dict, features: tuple = LM_FEATURES, mixture=None):
-        """mixture: a PCollection of the mixture plan's summary (SelectMixture), or None."""
-        super().__init__()
-        self._mixture = mixture
-        self._features = tuple(features)
-        self._output_dir = output_dir
-        self._sections = sections
-        self._ids = {"eos_id": eos_id, "pad_id": pad_id, "vocab_size": vocab_size}
-        self._stats = stats
-        self._dead_letters = dead_letters
-        self._extra = extra
-
-    def expand(self, shards):
-        return (
-            shards
-            | "AllShards" >> beam.combiners.ToList()
-            | "WriteParams" >> beam.Map(
-                _finalize,
-                beam.pvalue.AsSingleton(self._stats),
-                beam.pvalue.AsSingleton(self._dead_letters),
-                self._output_dir, self._sections, self._ids, self._extra, self._features,
-                beam.pvalue.AsList(self._mixture) if self._mixture is not None else None)
-        )
 
 
 def build_summary(outputs: tuple, params: list, stats: list, rest: Stats, sections: dict, *,
@@ -186,15 +142,16 @@ def build_summary(outputs: tuple, params: list, stats: list, rest: Stats, sectio
     return summary
 
 
-def _finalize_split(shards: list, stats_by_part: list, rest: Stats, dead_letters: int, output_dir: str,
-                    outputs: tuple, output_dirs: tuple, sections: tuple, extras: tuple, ids: dict, features: tuple,
-                    summary_sections: dict, summary_extra: dict, mixture: Optional[list] = None) -> dict:
+def finalize_split(shards: list, stats_by_part: list, rest: Stats, dead_letters: int, output_dir: str,
+                   outputs: tuple, output_dirs: tuple, sections: tuple, extras: tuple, ids: dict, features: tuple,
+                   summary_sections: dict, summary_extra: dict, mixture: Optional[list] = None) -> dict:
+    """Write every output's data_params.json, then the job's OUT/data_params.json (`build_summary`); the summary."""
     stats = dict(stats_by_part)
     params, part_stats = [], []
     for k in range(len(outputs)):
         mine = [s for s in shards if s.part == k]
         part_stats.append(stats.get(k, Stats()))  # an output no group reached (none does: every group has a share)
-        params.append(_finalize(mine, part_stats[-1], None, output_dirs[k], sections[k], ids, extras[k], features))
+        params.append(finalize(mine, part_stats[-1], None, output_dirs[k], sections[k], ids, extras[k], features))
     summary = build_summary(outputs, params, part_stats, rest, summary_sections, dead_letters=dead_letters,
                             extra=summary_extra)
     if mixture:  # the plan is the job's: what each source gave, over every output (each has its own counters)
@@ -202,35 +159,3 @@ def _finalize_split(shards: list, stats_by_part: list, rest: Stats, dead_letters
     fs.write_text_atomic(fs.join(output_dir, PARAMS_FILE), json.dumps(summary, indent=4, sort_keys=True) + "\n")
     fs.remove_tree(fs.join(output_dir, fs.TMP_DIR))
     return summary
-
-
-class WriteSplitParams(beam.PTransform):
-    """A split job's PCollection[ShardResult] (each naming its output) -> the summary dict, after writing every
-    output's data_params.json and then OUT/data_params.json.
-
-    `stats`: PCollection of (output part, Stats); `rest_stats`: a singleton Stats of what no output holds;
-    `output_dirs`, `sections`, `extras`: one per output, in part order.
-    """
-
-    def __init__(self, *, output_dir: str, outputs: tuple, output_dirs: tuple, sections: tuple, extras: tuple,
-                 eos_id: int, pad_id: int, vocab_size: int, features: tuple, stats, rest_stats, dead_letters,
-                 summary_sections: dict, summary_extra: dict, mixture=None):
-        """mixture: a PCollection of the mixture plan's summary (SelectMixture), or None."""
-        super().__init__()
-        self._mixture = mixture
-        self._args = (output_dir, outputs, output_dirs, sections, extras,
-                      {"eos_id": eos_id, "pad_id": pad_id, "vocab_size": vocab_size}, tuple(features),
-                      summary_sections, summary_extra)
-        self._stats = stats
-        self._rest_stats = rest_stats
-        self._dead_letters = dead_letters
-
-    def expand(self, shards):
-        return (
-            shards
-            | "AllShards" >> beam.combiners.ToList()
-            | "WriteParams" >> beam.Map(
-                _finalize_split, beam.pvalue.AsList(self._stats), beam.pvalue.AsSingleton(self._rest_stats),
-                beam.pvalue.AsSingleton(self._dead_letters), *self._args,
-                beam.pvalue.AsList(self._mixture) if self._mixture is not None else None)
-        )

@@ -9,7 +9,7 @@ from transforms.core.records import PerPart, RowBlock, for_group
 from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.core.timing import timed
 from transforms.io import progress
-from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
+from transforms.stages.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["ApplyFim"]
 

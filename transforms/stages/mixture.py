@@ -22,9 +22,9 @@ import numpy as np
 from transforms.core.mixture import (Histogram, MixturePlan, MixtureSpec, batch_hashes, bucket_of, coarse_plan,
                                      refine_plan, select_batch)
 from transforms.core.records import EncodedBatch, MixtureBatch, TokenBatch
-from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
-from transforms.io.intermediate import KeepMixturePlan
 from transforms.io.spill import load_tokens, spill_tokens
+from transforms.stages.coders import BatchCoder  # noqa: F401 - registers the batches' coder
+from transforms.stages.intermediate import KeepMixturePlan
 
 __all__ = ["SelectMixture"]
 

@@ -10,7 +10,7 @@ from transforms.core.normalize import NormalizeConfig, normalize_batch
 from transforms.core.records import DocBatch
 from transforms.core.timing import timed
 from transforms.io import progress
-from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
+from transforms.stages.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["NormalizeDocuments"]
 
@@ -24,7 +24,7 @@ class NormalizeDocuments(beam.PTransform):
 
     def expand(self, batches):
         return batches | "Normalize" >> beam.Map(timed("normalize", _normalize), self._config).with_output_types(
-            DocBatch)  # sized for Beam's metrics without pickling (transforms.io.coders)
+            DocBatch)  # sized for Beam's metrics without pickling (transforms.stages.coders)
 
 
 # A group's share is reported in this many steps, as its documents are normalized: with ftfy a group of

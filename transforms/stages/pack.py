@@ -8,7 +8,7 @@ from transforms.core.pack import PackConfig, pack_batch
 from transforms.core.records import PerPart, RowBlock, WindowBlock, for_group
 from transforms.core.timing import timed
 from transforms.io import progress
-from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
+from transforms.stages.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["PackSequences"]
 
@@ -24,7 +24,7 @@ class PackSequences(beam.PTransform):
         self._windows_only = windows_only
 
     def expand(self, batches):
-        # Sized for Beam's metrics without pickling (transforms.io.coders).
+        # Sized for Beam's metrics without pickling (transforms.stages.coders).
         return batches | "Pack" >> beam.Map(timed("pack", _pack), self._config, self._seed,
                                             self._windows_only).with_output_types(
             WindowBlock if self._windows_only else RowBlock)

@@ -21,7 +21,7 @@ from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer, tokenize
 from transforms.core.tokenizer.fast import Tally
 from transforms.core.tokenizer.fast import tally as encoder_tally
 from transforms.io import progress
-from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
+from transforms.stages.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["TokenizeDocuments", "TOKENIZE_BATCH_CHARS", "ENCODE_THREADS"]
 
@@ -186,5 +186,5 @@ class TokenizeDocuments(beam.PTransform):
         self._fn = _TokenizeFn(files, split_len, remove_bos_in_chunks, append_eos, drop_bos, process_cpus)
 
     def expand(self, batches):
-        # TokenBatch: sized for Beam's metrics without pickling (transforms.io.coders).
+        # TokenBatch: sized for Beam's metrics without pickling (transforms.stages.coders).
         return batches | "Tokenize" >> beam.ParDo(self._fn).with_output_types(TokenBatch)

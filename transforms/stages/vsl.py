@@ -8,7 +8,7 @@ from transforms.core.records import PerPart, WindowBlock, for_group
 from transforms.core.timing import timed
 from transforms.core.vsl import VslConfig, vsl_lm_batch, vsl_summarization_batch
 from transforms.io import progress
-from transforms.io.coders import BatchCoder  # noqa: F401 - registers the batches' coder
+from transforms.stages.coders import BatchCoder  # noqa: F401 - registers the batches' coder
 
 __all__ = ["PackDocumentsVsl"]
 

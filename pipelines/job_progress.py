@@ -2,7 +2,8 @@
 
 Where the SDK workers are other processes, transforms/io/progress.py (one
 bar per process, told by the DoFns) sees nothing. So the last stage,
-EncodeRows, counts in a Beam counter (PROGRESS_NAMESPACE / PROGRESS_COUNTER)
+EncodeRows, counts in a Beam counter (PROGRESS_NAMESPACE / PROGRESS_COUNTER,
+transforms/stages/hdf5_sink.py)
 the input bytes on storage each block it compressed stands for: its group's
 share (a file's shares add up to its size; a split job's parts share their
 group's). The launcher asks the running job for that counter every
@@ -26,11 +27,10 @@ import time
 import urllib.request
 from typing import Callable, Optional
 
-__all__ = ["PROGRESS_NAMESPACE", "PROGRESS_COUNTER", "position", "counted", "live_metrics", "FlinkRestMetrics",
-           "JobProgress"]
+from transforms.stages.hdf5_sink import PROGRESS_COUNTER, PROGRESS_NAMESPACE
 
-PROGRESS_NAMESPACE = "progress"
-PROGRESS_COUNTER = "input_bytes_encoded"
+__all__ = ["position", "counted", "live_metrics", "FlinkRestMetrics", "JobProgress"]
+
 POLL_SECONDS = 1.0  # how often the launcher asks the running job
 
 
