@@ -129,7 +129,7 @@ class Config(Settings):
                      "processing": {}, "dataset": {}}
         for s in SETTINGS:
             if self.mode in s.modes:
-                out[s.section][s.name] = self.as_dict()[s.name]
+                out[s.section][s.name] = getattr(self, s.name)
         if self.params_file:
             out["setup"]["params"] = self.params_file
         if self.cerebras_config:
