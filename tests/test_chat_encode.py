@@ -469,3 +469,41 @@ def test_turns_of_a_tokenized_chat_made_without_outputs():
     # As test_chatml_by_hand: no message has tool output, so the turns are the rule's.
     assert [(t.role, t.chars, t.content, t.turn) for t in enc.turns(messages, plain)] == [
         ("user", (17, 19), (3, 4), (0, 6)), ("assistant", (52, 54), (9, 10), (6, 12))]
+
+
+_REAL = "m.content|length > 3"  # a content here, not the sentinel standing for it (3 characters)
+
+
+@pytest.mark.parametrize("template, messages, spans", [
+    # writes XXXX around a content, not around a sentinel
+    ("{% for m in messages %}<{{ m.role }}>{% if " + _REAL + " %}XXXX{{ m.content }}XXXX{% else %}{{ m.content }}"
+     "{% endif %}|{% endfor %}", 2, ((10, 14), (34, 38))),
+    # writes 0 for the first header before a content
+    ("{% for m in messages %}{% if loop.first and " + _REAL + " %}0{% else %}<{{ m.role }}>{% endif %}{{ m.content }}"
+     "|{% endfor %}", 2, ((1, 5), (17, 21))),
+    # writes no header before a content
+    ("{% for m in messages %}{% if not (" + _REAL + ") %}<{{ m.role }}>{% endif %}{{ m.content }}|{% endfor %}", 1,
+     ((0, 4),)),
+])
+def test_a_template_that_writes_a_sentinel_otherwise_than_a_content_is_searched(template, messages, spans):
+    """Only the real text places the contents: the sentinels' positions are taken only when putting the contents
+    back in their place gives exactly that text."""
+    two = [{"role": "user", "content": "qqqq"}, {"role": "assistant", "content": "aaaa"}][:messages]
+    assert ChatEncoder(ChatRenderer(template, {}), backend("qwen2.5-instruct")).tokenize(two).spans == spans
+
+
+@pytest.mark.parametrize("template", [
+    # writes 1 after the first content and drops the second
+    "{% for m in messages %}{% if loop.first %}<{{ m.role }}>{{ m.content }}{% if " + _REAL + " %}1{% else %}|"
+    "{% endif %}{% elif not (" + _REAL + ") %}<{{ m.role }}>{{ m.content }}|{% endif %}{% endfor %}",
+    # writes the second header but not its content
+    "{% for m in messages %}{% if loop.first %}<{{ m.role }}>{{ m.content }}|{% elif " + _REAL + " %}<{{ m.role }}>"
+    "{% else %}<{{ m.role }}>{{ m.content }}|{% endif %}{% endfor %}",
+])
+def test_a_template_that_drops_a_content_it_wrote_as_a_sentinel_rewrites_it(template):
+    with pytest.raises(ChatError) as info:
+        ChatEncoder(ChatRenderer(template, {}), backend("qwen2.5-instruct")).tokenize(
+            [{"role": "user", "content": "qqqq"}, {"role": "assistant", "content": "aaaa"}])
+    assert (info.value.reason, info.value.detail) == (
+        "content_rewritten", "the template writes message 1 (assistant) otherwise than its content, and not as its "
+                             "stripped text")

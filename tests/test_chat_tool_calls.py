@@ -370,3 +370,112 @@ def test_tools_given_with_a_list_of_messages_reach_the_template():
     assert "get_weather" in with_tools and "get_weather" not in encoder.encode(messages).text
     assert encoder.encode(messages, tools=[WEATHER]).text == with_tools
     assert encoder.tokenize(messages, tools=[WEATHER]).text == with_tools
+
+
+def test_a_conversation_opening_with_a_tool_call_trains_the_call_only():
+    """No message before the call: its output begins after the generation prompt the template writes first (after
+    Qwen's default system prompt), exactly transformers' generation mask, never the system prompt itself."""
+    messages = CONVERSATIONS["call_without_text"][1:]  # the call, its result, the answer
+    hf = hf_tokenizer(GENMASK)
+    expected = hf.apply_chat_template(_hf_messages(messages), return_dict=True, return_assistant_tokens_mask=True)
+    got = ChatEncoder(renderer(QWEN), backend(QWEN)).encode(Conversation(messages, None))
+    assert got.ids.tolist() == list(expected["input_ids"])
+    assert got.trained.astype(int).tolist() == list(expected["assistant_masks"])
+    assert "".join(got.text[a:b] for (a, b), t in zip(got.offsets, got.trained) if t) == (
+        '\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>\n'
+        "\nIt is 21 degrees in Paris.<|im_end|>\n")
+    # The call's message has no text: its place is where its output begins, an empty span.
+    at = got.text.index("<tool_call>")
+    assert got.turns[0].chars == (at, at)
+
+
+def test_a_tool_call_messages_text_is_located_as_its_content():
+    got = ChatEncoder(renderer(QWEN), backend(QWEN)).encode(Conversation(CONVERSATIONS["call_with_text"], None))
+    assert [got.text[a:b] for a, b in (t.chars for t in got.turns)] == [
+        "Be brief.", "Weather in Paris?", "Let me look.", "sunny, 21C", "Sunny."]
+
+
+def test_a_content_that_is_also_in_the_tool_list_is_located_in_its_message():
+    got = ChatEncoder(renderer(QWEN), backend(QWEN)).tokenize(
+        Conversation([{"role": "user", "content": "get_weather"}, {"role": "assistant", "content": "Sure."}], [WEATHER]))
+    user = got.text.rindex("<|im_start|>user\n") + len("<|im_start|>user\n")
+    assert got.text.index("get_weather") < user  # the tool list comes first
+    assert got.spans[0] == (user, user + len("get_weather"))
+
+
+def test_every_message_after_a_call_without_text_is_checked():
+    from transforms.core.chat.encode import check_messages
+
+    with pytest.raises(ChatError) as info:
+        check_messages([{"role": "user", "content": "q"}, {"role": "assistant", "content": None,
+                                                           "tool_calls": [_call("f", {})]},
+                        {"role": "user", "content": " "}])
+    assert (info.value.reason, info.value.detail) == ("empty_content", "message 2 (user) is empty")
+
+
+def test_render_conversation_checks_the_tools_by_name():
+    from transforms.core.chat.encode import render_conversation
+
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    qwen = renderer(QWEN)
+    # No generation prompt unless asked for: the conversation as trained.
+    assert render_conversation(qwen, Conversation(messages, None)).text.endswith("<|im_start|>assistant\na<|im_end|>\n")
+    bare = WEATHER["function"]  # a tool given without OpenAI's {"type", "function"} wrapper: its own name
+    assert "get_weather" in render_conversation(qwen, Conversation(messages, [bare])).text
+    llama3 = renderer("llama3-instruct")
+    with pytest.raises(ChatError) as info:
+        render_conversation(llama3, Conversation(messages, [bare]))
+    assert (info.value.reason, info.value.detail) == ("tools_not_rendered",
+                                                      "the chat template does not write the tool 'get_weather'")
+    # A tool without a readable name has nothing to look for.
+    assert render_conversation(llama3, Conversation(messages, [{"type": "function", "function": "get_weather"}]))
+
+
+# Writes a content the template trims, and the calls of an assistant message.
+_TRIM_CALLS = ("{% for m in messages %}<{{ m.role }}>{{ (m.content or '') | trim }}"
+               "{% for c in m.tool_calls or [] %}<call>{{ c.function.name }}</call>{% endfor %}</s>{% endfor %}")
+
+
+@pytest.mark.parametrize("template", [
+    _TRIM_CALLS,  # the contents rewritten: searched after the sentinels' template text
+    # refuses a content of 3 characters or fewer, as the sentinels are: searched without them
+    "{% for m in messages %}{% if (m.content or 'none')|length < 4 %}{{ raise_exception('short') }}{% endif %}"
+    + _TRIM_CALLS[len("{% for m in messages %}"):]])
+def test_a_call_without_text_is_placed_where_its_output_begins_when_contents_are_searched(template):
+    messages = [{"role": "user", "content": " Weather? "},
+                {"role": "assistant", "content": None, "tool_calls": [_call("get_weather", {})]},
+                {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "Sunny there."}]
+    got = ChatEncoder(ChatRenderer(template, {}), backend(QWEN)).tokenize(Conversation(messages, None))
+    assert got.text == ("<user>Weather?</s><assistant><call>get_weather</call></s><tool>sunny</s>"
+                        "<assistant>Sunny there.</s>")
+    # The template writes no generation prompt: the call's output (its header and call) begins right after the
+    # user's turn, at 18, and ends with its turn at 57; "sunny" and "Sunny there." are where the text has them.
+    assert got.outputs[1] == (18, 57) and got.text[18:57] == "<assistant><call>get_weather</call></s>"
+    assert got.spans == ((6, 14), (18, 18), (63, 68), (83, 95))
+
+
+def test_a_tool_call_behind_another_generation_prompt_is_refused_naming_the_message():
+    """The conversation up to the call, less the generation prompt before it: here the template writes a last
+    assistant turn's header as its generation prompt (as long as the other header), which no earlier turn has."""
+    template = ("{% for m in messages %}{% if m.role == 'assistant' and loop.last %}<generate!>{% else %}"
+                "<{{ m.role }}>{% endif %}{{ m.content or '' }}{% for c in m.tool_calls or [] %}call "
+                "{{ c.function.name }}{% endfor %}|{% endfor %}{% if add_generation_prompt %}<generate!>{% endif %}")
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": None,
+                                                    "tool_calls": [_call("f", {})]},
+                {"role": "tool", "content": "r"}, {"role": "assistant", "content": "done"}]
+    with pytest.raises(ChatError) as info:
+        ChatEncoder(ChatRenderer(template, {}), backend(QWEN)).tokenize(Conversation(messages, None))
+    assert (info.value.reason, info.value.detail) == (
+        "tool_call_not_located", "message 1 (assistant): the conversation rendered up to its tool calls does not "
+                                 "begin the whole rendering, not even without one piece the template writes only "
+                                 "when the turn is the last")
+
+
+def test_reasoning_is_trained_like_the_content():
+    qwen3 = ChatRenderer(QWEN3_TEMPLATE.read_text(), template_tokens(tokenizer_config(QWEN)))
+    got = ChatEncoder(qwen3, backend(QWEN)).encode(
+        [{"role": "user", "content": "Why?"}, {"role": "assistant", "content": "Because.", "reasoning_content": "So."}])
+    assert got.text == ("<|im_start|>user\nWhy?<|im_end|>\n<|im_start|>assistant\n<think>\nSo.\n</think>\n\n"
+                        "Because.<|im_end|>\n")
+    assert "".join(got.text[s:e] for (s, e), t in zip(got.offsets, got.trained) if t) == (
+        "\n<think>\nSo.\n</think>\n\nBecause.<|im_end|>\n")

@@ -400,8 +400,9 @@ class ChatEncoder:
             calls = bool(m.get("tool_calls"))
             if m["role"] != "assistant" or not (calls or any(m.get(k) for k in _REASONING_KEYS)):
                 continue
-            before = self.renderer.render(messages[:i], add_generation_prompt=True, tools=tools).text if i else ""
             upto = self.renderer.render(messages[:i + 1], tools=tools).text
+            before = self.renderer.render(messages[:i], add_generation_prompt=True, tools=tools).text if i \
+                else self._opening(upto)
             if text.startswith(upto) and upto.startswith(before):
                 outputs[i] = (len(before), len(upto))
             elif calls:
@@ -415,6 +416,20 @@ class ChatEncoder:
                                                              "writes only when the turn is the last")
                 outputs[i] = (len(before), end)
         return tuple(outputs)
+
+    def _opening(self, upto: str) -> str:
+        """What the template writes before the output of an assistant turn that opens the conversation (`upto`: the
+        conversation rendered up to it): `upto` up to the end of its first generation prompt, after the default system
+        prompt a template such as Qwen's writes (a conversation of no message may not render at all); "" without
+        one."""
+        probe = [{"role": "user", "content": "x"}]
+        try:
+            plain, prompted = (self.renderer.render(probe, add_generation_prompt=g).text for g in (False, True))
+        except ChatError:
+            return ""
+        prompt = prompted[len(plain):] if prompted.startswith(plain) else ""
+        at = upto.find(prompt) if prompt else -1
+        return upto[:at + len(prompt)] if at >= 0 else ""
 
     def _encoded(self, messages, tok: TokenizedChat, train_on_all_assistant_turns: bool) -> EncodedChat:
         outputs = tok.outputs or (None,) * len(messages)
