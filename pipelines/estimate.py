@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import io
 import json
 import math
@@ -30,27 +31,25 @@ import tempfile
 import time
 from typing import Optional
 
+import fsspec
 import numpy as np
 
-from pipelines.config import (CHAT, DEFAULT_SAMPLE, DPO, FIM, LMDATA, SUMMARIZATION_MODES, Config, ConfigError,
-                              load_config, split_estimate_args)
+from pipelines.config import DEFAULT_SAMPLE, Config, ConfigError, load_config, split_estimate_args
 from pipelines.process import HeadStart
-from transforms.core.estimate import (Interval, MixturePrediction, Stratum, by_bytes, by_poisson, combine,
-                                      predict_mixture, scaled, split_share, student_t)
+from transforms.core.estimate import (Interval, MixturePrediction, Stratum, attribute, by_bytes, by_poisson, combine,
+                                      effective_count, mean_spread, predict_mixture, scaled, share_ratio,
+                                      split_share)
 from transforms.core.mixture import targets
+from transforms.core.modes import PAIR
 from transforms.core.normalize import normalized_document
 from transforms.core.records import Document, Rewritten
 from transforms.io.readers import file_size, read_records
-from transforms.io.sample import by_byte, coin_records, draw_lines
+from transforms.io.sample import by_byte, coin_records, draw_lines, lines_around
 
 __all__ = ["main", "estimate", "Estimate"]
 
 # docs/dataflow.md, "Prices assumed": an n2-standard-4 worker-hour, all in (vCPU, memory, disk), per vCPU.
 DATAFLOW_USD_PER_VCPU_HOUR = 0.07057
-# Modes whose every kept record is one row (counted record by record, not from the sample job's rows per token).
-ONE_ROW_PER_RECORD = (CHAT, DPO)
-# Modes whose rows are windows of max_seq_length over a group's token stream.
-PACKED_WINDOWS = (LMDATA, FIM)
 
 
 @dataclasses.dataclass
@@ -128,7 +127,7 @@ class _Tokens:
 
         self._plan = plan
         self._tok = shared_tokenizer(plan.tokenizer_files)
-        if plan.mode == FIM and self._tok.adds_bos:
+        if plan.traits.fim and self._tok.adds_bos:
             self._tok = self._tok.without_bos()
         self._chat = None
         if plan.chat is not None:
@@ -154,7 +153,7 @@ class _Tokens:
             if plan.join_keys and len(doc.values) > 1:
                 doc = Document(doc.index, ("\n\n".join(doc.values),), doc.member)
             values.append(normalized_document(doc, plan.normalize)[0].values)
-        if plan.mode in SUMMARIZATION_MODES:
+        if plan.traits.record == PAIR:  # prompt and completion, each encoded
             lengths = [0] * len(values)
             for k in range(len(values[0])):
                 for i, ids in enumerate(tok.encode_batch([v[k] for v in values])):
@@ -205,16 +204,22 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     sample_tokens = 0  # what the job on the sample tokenizes
     sample_by_source = [0] * n_sources  # of which each mixture source's
     count = _Counter(record_check(plan), _Tokens(plan), plan.splits)
+    shares, sample_paths = [], []  # per file: its documents in the job on the sample, and where they were written
+    # Bytes on disk by document (`_document_costs`) where the sample job's rows can be told apart by document.
+    by_document = plan.traits.packed_windows and not plan.traits.fim and plan.mixture is None and job
     with tempfile.TemporaryDirectory(prefix="create_hdf5_dataset_estimate_") as work:
         sample_dir = os.path.join(work, "in")
         for f, size, source in zip(plan.files, sizes, sources):
             if by_byte(f.path, plan.txt_lines):
-                drawn = _by_byte(plan, count, f, size, fraction, seed, work, os.path.join(sample_dir, f.relpath))
+                sample_paths.append(os.path.join(sample_dir, f.relpath))
+                drawn = _by_byte(plan, count, f, size, fraction, seed, work, sample_paths[-1], by_document)
             else:
-                drawn = _by_coin(plan, count, f, fraction, seed, os.path.join(sample_dir, f.relpath + ".jsonl"))
+                sample_paths.append(os.path.join(sample_dir, f.relpath + ".jsonl"))
+                drawn = _by_coin(plan, count, f, fraction, seed, sample_paths[-1])
                 if fraction < 1:
                     notes.append(f"{f.relpath}: read whole (no random access in a {os.path.splitext(f.path)[1]} "
                                  "file), its records kept by a coin")
+            shares.append((drawn.share, source))
             documents, tokens, kept, in_job = drawn.whole
             subset = plan.splits.subset_index(f.relpath) if plan.splits is not None else 0
             for name, stratum in zip(("documents", "tokens", "kept", "squares"), (*drawn.whole[:3], drawn.squares)):
@@ -234,7 +239,8 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
         mixed, budgets = None, None
         if plan.mixture:
             mixed = predict_mixture(plan.mixture, *([combine(per) for per in strata[name]]
-                                                    for name in ("tokens", "documents", "kept")), seed=seed)
+                                                    for name in ("tokens", "documents", "kept")), seed=seed,
+                                    lengths=_document_lengths(shares, n_sources))
             budgets = _sample_budgets(plan.mixture, mixed, sample_by_source)
             if mixed.shortfall > 0.025:
                 notes.append(f"the mixture cannot be made in {mixed.shortfall:.0%} of the availabilities the sample "
@@ -244,7 +250,11 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
         # are its data's alone, scaled, and that price is counted once.
         fixed_params, fixed_cpu, _, _ = _sample_job(config, _one_record(sample_dir, os.path.join(work, "one")),
                                                     os.path.join(work, "one_out"))
-        job_params, job_cpu, disk, chunk_sizes = _sample_job(config, sample_dir, os.path.join(work, "out"), budgets)
+        job_params, job_cpu, _, chunks = _sample_job(config, sample_dir, os.path.join(work, "out"), budgets)
+        # Each sampled document's bytes on disk, where the sample job's rows can be told apart by document.
+        costs = None
+        if by_document:
+            costs = _document_costs(plan, [s for s, _ in shares], sample_paths, os.path.join(work, "out"), chunks)
     post = job_params["post-process"] if "post-process" in job_params else _summed_outputs(job_params)
     # The output's tokens and what they hold per token, on the sample: a mixture's sample job takes each source
     # in the proportion the job will (its copies too), so its rows, loss-valid tokens and bytes per token are
@@ -257,11 +267,11 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
         return x / out_sample_tokens if out_sample_tokens else 0.0
 
     positions = (job_params.get("h5_dataset_stats") or {}).get("non_pad_tokens")
-    if plan.mode in ONE_ROW_PER_RECORD:
+    if plan.traits.one_row_per_record:
         # A row per record kept: counted record by record. The rows per token of the sample job would be biased
         # where the draw favours long records (by byte), and long ones are the ones a row drops.
         rows = mixed.kept if mixed is not None else combine(s for per in strata["kept"] for s in per)
-    elif plan.mode in PACKED_WINDOWS and positions is not None:
+    elif plan.traits.packed_windows and positions is not None:
         # Windows of max_seq_length over each group's stream: full rows in proportion to the real positions a
         # token makes (EOS, windows), plus one partial row per group. The sample job has as many groups as the
         # job has (a copy of a source is a group), on far fewer tokens, so its rows per token would count
@@ -275,15 +285,27 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     outputs = ()
     if plan.splits is not None and mixed is None:
         outputs = _predict_outputs(plan, by_subset, sample_by_output, job_params, _groups(plan, sizes, None))
-        if plan.mode not in ONE_ROW_PER_RECORD:  # the outputs' rows, each at its own max_seq_length
+        if not plan.traits.one_row_per_record:  # the outputs' rows, each at its own max_seq_length
             rows = Interval(sum(o.rows.value for o in outputs), sum(o.rows.half_width for o in outputs))
     elif plan.splits is not None:
         notes.append("a mixture with splits: the outputs are not predicted one by one yet (the totals are)")
-    bytes_on_disk = _bytes_on_disk(rows, disk, post["n_examples"], chunk_sizes,
-                                   int((job_params.get("input") or {}).get("used", 0)))
     files_per = config.files_per_record if config.num_output_files is None else None
     file_range = tuple(config.num_output_files if files_per is None else math.ceil(x / files_per)
                        for x in (rows.low, rows.value, rows.high))
+    per_file, per_row = _hdf5_overhead(plan)
+    overhead = (per_file * max(file_range[1], n_outputs), per_row)  # the files' own bytes, a row's
+    if costs is not None:
+        bytes_on_disk = _bytes_by_document([s for s, _ in shares], costs, rows, overhead)
+    else:
+        times = [1.0] * n_sources
+        if budgets:
+            names = [s.name for s in plan.mixture.sources]
+            for b in budgets:
+                have = sample_by_source[names.index(b["name"])]
+                times[names.index(b["name"])] = b["tokens"] / have if have else 0.0
+        weights = [w * times[source] for share, source in shares for w in _row_weights(plan, share)]
+        bytes_on_disk = _bytes_by_row(rows, [n for sizes in chunks.values() for n in sizes],
+                                      effective_count(weights), overhead)
     # This machine: the start-up, plus the sample job's stage seconds scaled to the whole (on the bench corpora a
     # job's data phase lasts about as long as its stages' seconds add up to).
     share = sample_tokens / tokens.value if tokens.value else 1.0
@@ -330,19 +352,43 @@ class _Counter:
 
 
 @dataclasses.dataclass(frozen=True)
+class _Share:
+    """A file's draws as its bytes on disk are estimated from them: every draw's size and tokens; the records of
+    its part of the job on the sample, in the order they were written to it (each one's tokens, the output the
+    job's draw sends it to, the bytes of its line: what places it in a packing group); and where in them each of
+    the first k draws is (k = len(drawn): the draws the job on the sample holds; the other records are the text
+    around them).
+
+    By byte (`probabilities` None): `total` is the file's bytes, `sizes` the drawn lines' bytes. By coin: `total`
+    is the characters of the file's documents, `sizes` the kept records' characters, each kept with its
+    probability, and all of them are in the job on the sample."""
+
+    total: float
+    sizes: tuple
+    tokens: tuple
+    drawn: tuple
+    records: tuple  # (tokens, output, bytes written)
+    probabilities: Optional[tuple] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class _FileDraw:
     """A file's sample: (documents, tokens, kept records) strata and the tokens its share of the job on the sample
-    holds; the total of its documents' squared token counts (what a split's draw spreads); and per output of a
-    split job, the tokens of its part of the job on the sample that the job's draw sends there."""
+    holds; the total of its documents' squared token counts (what a split's draw spreads); per output of a
+    split job, the tokens of its part of the job on the sample that the job's draw sends there; and its draws
+    as its bytes on disk are estimated from them."""
 
     whole: tuple
     squares: Stratum
     per_output: tuple
+    share: _Share
 
 
-def _by_byte(plan, count: _Counter, f, size: int, fraction: float, seed: int, work: str, target: str) -> _FileDraw:
+def _by_byte(plan, count: _Counter, f, size: int, fraction: float, seed: int, work: str, target: str,
+             context: bool = False) -> _FileDraw:
     """A file sampled by byte: its strata (documents, tokens, kept records; the tokens its share of the job on the
-    sample holds), that share written to `target`."""
+    sample holds), that share written to `target`; with `context`, each drawn document of the share between the
+    text around it in its file (`_context`)."""
     draws = draw_lines(f.path, size, math.ceil(fraction * size), seed, f.relpath)
     drawn = os.path.join(work, "drawn", f.relpath)
     os.makedirs(os.path.dirname(drawn), exist_ok=True)
@@ -355,23 +401,94 @@ def _by_byte(plan, count: _Counter, f, size: int, fraction: float, seed: int, wo
     # The job on the sample gets the first draws up to the file's share of the budget (a file smaller than its
     # minimum of draws would otherwise weigh more than its bytes in the ratios).
     share = int(np.searchsorted(np.cumsum(draws.lengths), fraction * size)) + 1
+    around = _context(plan, count, f, size, draws, records, per_line, share, work) if context else {}
+    written, at = [], []  # (tokens, output, bytes) of each record of the job on the sample; where each draw is
     os.makedirs(os.path.dirname(target), exist_ok=True)
     with open(target, "wb") as out:
-        out.writelines(line + b"\n" for line in draws.lines[:share])
+        for j, line in enumerate(draws.lines[:share]):
+            before, after = around.get(j, ((), ()))
+            for data, (_, t, k) in before:
+                out.write(data)
+                written.append((t, k, len(data)))
+            at.append(len(written))
+            out.write(line + b"\n")
+            written.append((per_line[j][1], per_line[j][2], len(line) + 1))
+            for data, (_, t, k) in after:
+                out.write(data)
+                written.append((t, k, len(data)))
     # Records: the density of line ends in windows at the drawn offsets (a line drawn by its bytes says little
     # about the short ones), times the share of drawn lines that are documents.
     good = sum(u for u, _, _ in per_line) / max(len(per_line), 1)
     whole = (by_bytes(size, draws.window_bytes, [e * good for e in draws.window_ends]),
              by_bytes(size, draws.lengths, [t for _, t, _ in per_line]),
              by_bytes(size, draws.lengths, [int(t > 0) for _, t, _ in per_line]),
-             sum(t for _, t, _ in per_line[:share]))
+             sum(t for t, _, _ in written))
     squares = by_bytes(size, draws.lengths, [t * t for _, t, _ in per_line])
-    return _FileDraw(whole, squares, _per_output(per_line, share, count.outputs))
+    drawn_share = _Share(float(size), tuple(draws.lengths), tuple(t for _, t, _ in per_line), tuple(at),
+                         tuple(written))
+    return _FileDraw(whole, squares, _per_output([(1, t, k) for t, k, _ in written], len(written), count.outputs),
+                     drawn_share)
+
+
+def _context(plan, count: _Counter, f, size: int, draws, records: list, per_line: list, share: int,
+             work: str) -> dict:
+    """The text a drawn document is packed among in the job, for the job on the sample to pack it among too: per
+    draw of the share (its index), the documents before and after it in its file, cut to about a row of tokens
+    each side ((its line as written, what `count` says of it), in the file's order). A row shared by documents
+    compresses by all of them: among the draws of other places of a file (other languages, where a corpus goes
+    one language after another) a short document's rows compressed a third worse than among its neighbours, and
+    its weight in the estimate (its draw's, as a short line is drawn seldom) made that 4% of the bytes of the
+    50 languages."""
+    msl = plan.pack.max_seq_length
+    wanted = []  # (draw, the bytes, characters a row of its tokens takes)
+    for j in range(share):
+        t, record = per_line[j][1], records[j]
+        if t > 0 and isinstance(record, Document) and len(record.values) == 1:
+            wanted.append((j, math.ceil(msl * draws.lengths[j] / t), msl * len(record.values[0]) / t))
+    if not wanted:
+        return {}
+    lines = []  # (draw, side, line), sides -1 before and 1 after
+    with fsspec.open(f.path, "rb") as fh:
+        for j, budget, _ in wanted:
+            back, forth = lines_around(fh, draws.starts[j], draws.starts[j] + draws.lengths[j], size, budget, budget)
+            lines += [(j, -1, line) for line in back] + [(j, 1, line) for line in forth]
+    path = os.path.join(work, "context", f.relpath)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as out:
+        out.writelines(line + b"\n" for _, _, line in lines)
+    read = list(read_records(path, plan.keys, plan.max_record_bytes, txt_lines=plan.txt_lines))
+    if len(read) != len(lines):
+        return {}
+    chars = {j: c for j, _, c in wanted}
+    cut: dict = {}
+    for side in (-1, 1):  # the characters a row's worth of tokens takes, the farthest document cut to them
+        for j in chars:
+            need = chars[j]
+            mine = [r for (i, sd, _), r in zip(lines, read) if i == j and sd == side]
+            kept = []
+            for r in (mine[::-1] if side < 0 else mine):
+                if need <= 0 or not isinstance(r, Document) or len(r.values) != 1:
+                    break
+                text = r.values[0]
+                text = text[max(0, len(text) - int(need)):] if side < 0 else text[:int(need)]
+                kept.append(Document(r.index, (text,), r.member))
+                need -= len(text)
+            cut[j, side] = kept[::-1] if side < 0 else kept
+    docs = [d for key in sorted(cut) for d in cut[key]]
+    said = iter(count(docs, f.relpath))
+    out: dict = {}
+    for (j, side) in sorted(cut):
+        pair = out.setdefault(j, ([], []))
+        for d in cut[j, side]:
+            got = next(said)
+            if got[0] and got[1] > 0:  # a document the job packs
+                pair[side > 0].append((_json_line(plan.keys, d) + b"\n", got))
+    return out
 
 
 def _by_coin(plan, count: _Counter, f, fraction: float, seed: int, target: str) -> _FileDraw:
     """A file read whole, its records kept by a coin: as `_by_byte`, the kept records written to `target`."""
-    kept, probabilities, n_docs, chars = [], [], 0, 0
+    kept, probabilities, written, n_docs, chars = [], [], [], 0, 0
     os.makedirs(os.path.dirname(target), exist_ok=True)
     with open(target, "wb") as out:
         for p, record in coin_records(f.path, plan.keys, fraction, seed, f.relpath,
@@ -382,7 +499,9 @@ def _by_coin(plan, count: _Counter, f, fraction: float, seed: int, target: str) 
             if p:
                 kept.append(record)
                 probabilities.append(p)
-                out.write(_json_line(plan.keys, record) + b"\n")  # as read: the job on the sample checks it
+                line = _json_line(plan.keys, record) + b"\n"  # as read: the job on the sample checks it
+                written.append(len(line))
+                out.write(line)
     counted = count(kept, f.relpath)
     tokens = [t for _, t, _ in counted]
     used = [u for u, _, _ in counted]
@@ -394,7 +513,10 @@ def _by_coin(plan, count: _Counter, f, fraction: float, seed: int, target: str) 
     whole = (documents, by_poisson(tokens, probabilities, [sum(map(len, d.values)) for d in kept], chars),
              by_poisson(kept_rows, probabilities, [1.0] * len(kept_rows), float(n_docs)), sum(tokens))
     squares = by_poisson([t * t for t in tokens], probabilities)
-    return _FileDraw(whole, squares, _per_output(counted, len(counted), count.outputs))
+    sizes = tuple(float(sum(map(len, d.values))) for d in kept)
+    drawn_share = _Share(float(chars), sizes, tuple(tokens), tuple(range(len(kept))),
+                         tuple((t, k, b) for (_, t, k), b in zip(counted, written)), tuple(probabilities))
+    return _FileDraw(whole, squares, _per_output(counted, len(counted), count.outputs), drawn_share)
 
 
 def _per_output(counted: list, share: int, outputs: int) -> tuple:
@@ -419,18 +541,135 @@ def _largest_total(spec, per_source: dict) -> Interval:
     return Interval(ends[1], max(ends[1] - ends[0], ends[2] - ends[1]))
 
 
-def _bytes_on_disk(rows: Interval, disk: int, sample_rows: int, chunk_sizes: list, sample_documents: int) -> Interval:
-    """Bytes follow the rows (a padded partial row costs about what a full one does, once compressed), at the
-    sample's bytes per row, whose own error is that of the mean of its rows' compressed sizes (a chunk a row):
-    sources compress differently, and the sample job holds few rows. The rows of one document compress alike,
-    so the mean counts as many independent values as the sample has documents, when fewer than its rows."""
-    per_row = disk / sample_rows if sample_rows else 0.0
-    spread = 0.0
-    if len(chunk_sizes) > 1 and per_row:
-        c = np.asarray(chunk_sizes, dtype=np.float64)
-        n = max(2, min(len(c), sample_documents or len(c)))
-        spread = student_t(n - 1) * float(c.std(ddof=1)) / math.sqrt(n) / float(c.mean())
-    return Interval(rows.value * per_row, rows.value * per_row * math.hypot(rows.relative, spread))
+def _document_costs(plan, shares: list, sample_paths: list, out: str, chunks: dict) -> Optional[list]:
+    """Per input file, the bytes on disk of each of its draws in the job on the sample: its share of the compressed
+    size of every row it is in (`attribute`). Where rows are windows over each packing group's tokens (LMData),
+    the rows of each output are the job's packing (`pack_documents`) of its groups' documents, group after group
+    in the order the job reads its files; that is checked row by row against the real positions of the rows
+    written, and anything else (a document the job counts otherwise than the estimate; short_seq_prob's cuts;
+    rows in another order) gives None: the documents cannot be told apart in the rows."""
+    from transforms.core.pack import pack_documents
+
+    outputs = plan.splits.outputs if plan.splits is not None else (None,)
+    inverted = bool(plan.sections["dataset"].get("inverted_mask"))
+    costs = [np.zeros(len(share.records)) for share in shares]
+    order = sorted(range(len(shares)), key=lambda i: sample_paths[i])  # the job reads its files sorted by path
+    for k, spec in enumerate(outputs):
+        folder = spec.path if spec is not None and spec.path else ""
+        names = sorted(n for n in chunks if os.path.dirname(n) == folder)
+        sizes = [c for n in names for c in chunks[n]]
+        positions = [p for n in names for p in _row_positions(os.path.join(out, n), inverted)]
+        pack = plan.for_output(k).pack if spec is not None else plan.pack
+        row = 0
+        for i in order:
+            records = shares[i].records
+            starts = np.concatenate([[0], np.cumsum([b for _, _, b in records])[:-1]]).astype(np.int64)
+            groups = starts // plan.group_bytes  # a line is in the group its first byte is in
+            for g in np.unique(groups):
+                mine = [j for j in np.flatnonzero(groups == g) if records[j][1] == k and records[j][0] > 0]
+                if not mine:
+                    continue
+                tokens = [int(records[j][0]) for j in mine]
+                # The job's own packing of documents of these lengths (their token values do not move a window).
+                packed = pack_documents([range(t) for t in tokens], pack, flat=np.zeros(sum(tokens), np.int32))
+                n = len(packed.starts)
+                if positions[row:row + n] != [int(x) - 1 for x in packed.lengths]:
+                    return None
+                costs[i][mine] = attribute(tokens, packed.starts, packed.lengths, sizes[row:row + n])
+                row += n
+        if row != len(sizes):
+            return None
+    return [cost[list(share.drawn)] for cost, share in zip(costs, shares)]
+
+
+def _row_positions(path: str, inverted: bool) -> list:
+    """The real (unpadded) inputs of each row of a shard: its attention mask's ones (zeros when inverted)."""
+    import h5py
+
+    out = []
+    with h5py.File(path, "r") as f:
+        data = f["data"]
+        for lo in range(0, data.shape[0], 1024):
+            mask = data[lo:lo + 1024, 1, :]
+            out.extend(((mask == 0) if inverted else (mask != 0)).sum(axis=1).tolist())
+    return out
+
+
+def _bytes_by_document(shares: list, costs: list, rows: Interval, overhead: tuple) -> Interval:
+    """Bytes on disk as a per-document value like the tokens: each file's bytes the Hansen-Hurwitz total of its
+    sampled documents' bytes (`share_ratio`, in ratio to the tokens of all its draws; by coin, the ratio form
+    `by_poisson`), the files' totals added; then the HDF5 files' own bytes (`overhead`: the files', a row's).
+    Each document weighs as its draw did (a long one, drawn more often, counts less each time), where the bytes
+    per row of the job on the sample weighed a document by its bytes twice over (drawn in proportion to them,
+    then counted in proportion to its rows): one drawn book made most of a small sample job, and the bytes per
+    row of the bench corpora varied 5.5% from sample to sample (2.5% low on average) for intervals of 3.5%."""
+    strata = []
+    for share, cost in zip(shares, costs):
+        if share.probabilities is None:
+            strata.append(share_ratio(share.total, share.sizes, share.tokens, cost))
+        else:
+            strata.append(by_poisson(cost, share.probabilities, share.sizes, share.total))
+    chunks = combine(strata)
+    files, per_row = overhead
+    return Interval(chunks.value + files + per_row * rows.value, chunks.half_width + per_row * rows.half_width)
+
+
+def _bytes_by_row(rows: Interval, chunk_sizes: list, documents: float, overhead: tuple) -> Interval:
+    """Bytes on disk where the sample job's rows cannot be told apart by document: the rows at the mean compressed
+    size of the sample job's rows, plus the HDF5 files' own bytes (`overhead`). The mean's error counts the
+    sampled documents as its independent values, each as many as its rows weigh (`documents`, Kish's effective
+    number: a drawn book of a hundred rows is one value, not a hundred), and never more than the rows.
+    `overhead`: the HDF5 files' own bytes, and a row's."""
+    files, per_row = overhead
+    if not chunk_sizes:
+        return Interval(files + per_row * rows.value, per_row * rows.half_width)
+    mean = float(np.mean(chunk_sizes))
+    spread = mean_spread(chunk_sizes, min(len(chunk_sizes), documents))
+    content = Interval(rows.value * mean, rows.value * mean * math.hypot(rows.relative, spread))
+    return Interval(content.value + files + per_row * rows.value, content.half_width + per_row * rows.half_width)
+
+
+def _document_lengths(shares: list, n_sources: int) -> list:
+    """Per mixture source, its sampled documents' tokens and how many of its documents each stands for (a line
+    drawn by byte: the file's bytes over the draws times its own; a record kept by a coin: 1 / its probability):
+    the sizes among which a remainder's documents are drawn (`predict_mixture`)."""
+    out = [([], []) for _ in range(n_sources)]
+    for share, source in shares:
+        n = len(share.sizes)
+        for i, t in enumerate(share.tokens):
+            if t > 0:
+                out[source][0].append(float(t))
+                out[source][1].append(1 / share.probabilities[i] if share.probabilities is not None
+                                      else share.total / (n * share.sizes[i]))
+    return [(np.array(t), np.array(m)) if t else None for t, m in out]
+
+
+def _row_weights(plan, share: _Share) -> list:
+    """The rows each document of the job on the sample makes, as a weight: one per kept record where each
+    record is a row of its own (Chat, DPO, Summarization), else its tokens (rows are windows, or bins, of tokens)."""
+    one_row = plan.traits.one_row_per_record or plan.traits.rows == "pairs"
+    return [1.0 if one_row else float(t) for t, _, _ in share.records if t > 0]
+
+
+@functools.lru_cache(maxsize=8)
+def _hdf5_costs(msl: int, features: int) -> tuple:
+    """What an HDF5 shard costs beyond its rows' compressed chunks, measured: (a file, a row), from a shard of
+    one row and one of 4,096 (one-byte chunks: the index entry of a chunk does not depend on its size). About
+    6.6 kB a file and 56 bytes a row: a sample job of a few hundred rows pays its file over far fewer rows."""
+    from transforms.io.hdf5_format import write_chunks
+
+    with tempfile.TemporaryDirectory(prefix="create_hdf5_dataset_estimate_h5_") as work:
+        got = []
+        for n in (1, 4096):
+            path = os.path.join(work, f"{n}.h5")
+            write_chunks(path, n, msl, (b"\0" for _ in range(n)), features=features)
+            got.append(os.path.getsize(path) - n)
+    per_row = (got[1] - got[0]) / 4095
+    return got[0] - per_row, per_row
+
+
+def _hdf5_overhead(plan) -> tuple:
+    return _hdf5_costs(plan.pack.max_seq_length, len(plan.features))
 
 
 def _predict_outputs(plan, by_subset: dict, sample_tokens: list, job_params: dict, groups: int) -> tuple:
@@ -460,9 +699,9 @@ def _predict_outputs(plan, by_subset: dict, sample_tokens: list, job_params: dic
         def per_token(x: float) -> float:
             return x / have if have else 0.0
 
-        if plan.mode in ONE_ROW_PER_RECORD:
+        if plan.traits.one_row_per_record:
             rows = kept
-        elif plan.mode in PACKED_WINDOWS:  # as for one output: real positions over msl, a partial row a group
+        elif plan.traits.packed_windows:  # as for one output: real positions over msl, a partial row a group
             full = scaled(tokens, per_token(loss) / spec.max_seq_length)
             rows = Interval(full.value + groups / 2, full.half_width + groups / 2)
         else:
@@ -523,8 +762,8 @@ def _summed_outputs(params: dict) -> dict:
 def _sample_job(config: Config, sample_dir: str, out: str, budgets: Optional[list] = None
                 ) -> tuple[dict, float, int, list]:
     """The job on the sample: every sampled document once, as drawn; or, with `budgets` (a mixture), the sources
-    under `sample_dir` mixed by them. Its data_params.json, its CPU seconds, the bytes of its files, and the
-    compressed size of each of its rows (HDF5 chunks, a row each)."""
+    under `sample_dir` mixed by them. Its data_params.json, its CPU seconds, the bytes of its files, and per
+    file (its path under `out`) the compressed size of each of its rows (HDF5 chunks, a row each)."""
     from transforms.io.hdf5_format import chunk_sizes
     from pipelines.job import run
 
@@ -539,8 +778,10 @@ def _sample_job(config: Config, sample_dir: str, out: str, budgets: Optional[lis
     with contextlib.redirect_stderr(io.StringIO()):  # its summary line is about the sample, not the job
         params = run(sample_config, ["--runner", "FnApiRunner"])
     cpu = time.process_time() - cpu
-    files = [os.path.join(root, name) for root, _, names in os.walk(out) for name in names if name.endswith(".h5")]
-    return params, cpu, sum(os.path.getsize(f) for f in files), [n for f in sorted(files) for n in chunk_sizes(f)]
+    files = sorted(os.path.relpath(os.path.join(root, name), out) for root, _, names in os.walk(out)
+                   for name in names if name.endswith(".h5"))
+    return (params, cpu, sum(os.path.getsize(os.path.join(out, f)) for f in files),
+            {f: chunk_sizes(os.path.join(out, f)) for f in files})
 
 
 def _process_age() -> float:

@@ -24,8 +24,11 @@ Two designs, by what a file allows:
 The interval is the estimate +- t * standard error, t Student's 97.5 %
 quantile at the draws' degrees of freedom (normal for the coin). Everything
 the job computes from documents in proportion (tokens, loss-valid tokens,
-rows, bytes on disk) is estimated as the token total times the ratio the
-sample's own job measured, with the token total's relative interval.
+rows) is estimated as the token total times the ratio the sample's own job
+measured, with the token total's relative interval. Bytes on disk, where the
+sample job's rows can be told apart by document, are a per-document value
+like the tokens (`attribute`, `share_ratio`): its bytes per row weighed a
+document by its bytes twice over (drawn by them, counted by its rows).
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["Interval", "Stratum", "student_t", "by_bytes", "by_coin", "by_poisson", "combine", "scaled",
-           "split_share", "SourcePrediction", "MixturePrediction", "predict_mixture"]
+__all__ = ["Interval", "Stratum", "student_t", "by_bytes", "by_coin", "by_poisson", "share_ratio", "combine",
+           "scaled", "split_share", "attribute", "effective_count", "mean_spread", "SourcePrediction",
+           "MixturePrediction", "predict_mixture", "partial_counts"]
 
 _Z = NormalDist().inv_cdf(0.975)
 
@@ -126,6 +130,37 @@ def by_poisson(values: Sequence[float], probabilities: Sequence[float], sizes: O
     return Stratum(size_total * ratio, scale**2 * float((weight * residuals**2).sum()) * len(x) / df, df)
 
 
+def share_ratio(total_bytes: int, line_bytes: Sequence[int], tokens: Sequence[float],
+                values: Sequence[float]) -> Stratum:
+    """A value known only for the first k of n lines drawn by byte (what the job on the sample holds: its bytes
+    on disk), as a file's total: its Hansen-Hurwitz total over those k, in ratio to the tokens' total over all n,
+    Y_k * T_n / T_k (Y_k itself when k = n). With a, z the draws' total * value / bytes and total * tokens /
+    bytes and R = Y_k / T_k, its error is linearly mean_k(a - R (1 - k / n) z) + R (n - k) / n mean_rest(z),
+    two means over disjoint draws: their variances add, and the degrees of freedom are Welch's."""
+    b = np.asarray(line_bytes, dtype=np.float64)
+    y = np.asarray(values, dtype=np.float64)
+    n, k = len(b), len(y)
+    if not k:
+        return Stratum(0.0, 0.0, math.inf)
+    if not 0 < k <= n:
+        raise ValueError(f"values for {k} of {n} draws: the first k <= n")
+    z = total_bytes * np.asarray(tokens, dtype=np.float64) / b
+    share_tokens = float(z[:k].mean())
+    if share_tokens <= 0:  # no token in the share: nothing to take the ratio to
+        return by_bytes(total_bytes, b[:k], y)
+    a = total_bytes * y / b[:k]
+    ratio = float(a.mean()) / share_tokens
+    u = a - ratio * (1 - k / n) * z[:k]
+    # One value says nothing of its spread: as wide as the estimate (as `by_bytes` with one draw).
+    parts = [(float(u.var(ddof=1)) / k if k > 1 else (ratio * float(z.mean())) ** 2, max(k - 1, 1))]
+    if n > k:
+        rest = z[k:] if n - k > 1 else z
+        parts.append((ratio**2 * ((n - k) / n) ** 2 * float(rest.var(ddof=1)) / (n - k), max(len(rest) - 1, 1)))
+    variance = sum(v for v, _ in parts)
+    denominator = sum(v**2 / df for v, df in parts if v > 0)
+    return Stratum(ratio * float(z.mean()), variance, variance**2 / denominator if denominator else math.inf)
+
+
 def combine(strata: Iterable[Stratum]) -> Interval:
     """The sum of independent strata, with a 95 % interval (Welch-Satterthwaite degrees of freedom)."""
     strata = list(strata)
@@ -152,6 +187,44 @@ def split_share(total: Interval, fraction: float, squares: float) -> Interval:
 def scaled(total: Interval, ratio: float) -> Interval:
     """A quantity in proportion to `total` (the ratio measured on the sample), with its relative interval."""
     return Interval(total.value * ratio, total.half_width * ratio)
+
+
+def attribute(doc_tokens: Sequence[int], starts: Sequence[int], lengths: Sequence[int],
+              costs: Sequence[float]) -> np.ndarray:
+    """Each document's share of its rows' costs (bytes on disk): documents back to back as one stream of
+    tokens, row i a window of it (`transforms.core.pack`: its inputs the `lengths[i] - 1` tokens from
+    `starts[i]`), its cost spread evenly over its inputs. A token in no row's inputs costs nothing."""
+    t = np.asarray(doc_tokens, dtype=np.int64)
+    s = np.asarray(starts, dtype=np.float64)
+    if not len(s):
+        return np.zeros(len(t))
+    ends = s + np.asarray(lengths, dtype=np.float64) - 1
+    order = np.argsort(s, kind="stable")
+    s, ends, c = s[order], ends[order], np.asarray(costs, dtype=np.float64)[order]
+    # The cumulative cost at every row's first and past its last input: piecewise linear over the stream.
+    xs = np.column_stack([s, ends]).ravel()
+    cs = np.column_stack([np.concatenate([[0.0], np.cumsum(c)[:-1]]), np.cumsum(c)]).ravel()
+    edges = np.concatenate([[0], np.cumsum(t)]).astype(np.float64)
+    cumulative = np.interp(edges, xs, cs)
+    return np.diff(cumulative)
+
+
+def effective_count(weights: Sequence[float]) -> float:
+    """Kish's effective number of independent values in a mean weighted by `weights`: (sum w)^2 / sum w^2; a
+    mean over one document of many rows and several of few counts little more than that one."""
+    w = np.asarray(weights, dtype=np.float64)
+    squares = float((w * w).sum())
+    return float(w.sum()) ** 2 / squares if squares > 0 else 0.0
+
+
+def mean_spread(values: Sequence[float], n: float) -> float:
+    """The relative 95% half-width of the mean of `values` as if they were n independent ones (n at least 2):
+    t(n - 1) * sd / sqrt(n) / mean."""
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) < 2 or not float(x.mean()):
+        return 0.0
+    n = max(2.0, float(n))
+    return student_t(n - 1) * float(x.std(ddof=1)) / math.sqrt(n) / float(x.mean())
 
 
 # ------------------------------------------------------------------- mixtures
@@ -182,7 +255,7 @@ class MixturePrediction:
 
 
 def predict_mixture(spec, tokens: Sequence[Interval], documents: Sequence[Interval], kept: Sequence[Interval],
-                    seed: int = 0, draws: int = 2000) -> MixturePrediction:
+                    seed: int = 0, draws: int = 2000, lengths: Optional[Sequence] = None) -> MixturePrediction:
     """A mixture's output from its sources' estimated availabilities (tokens, documents, kept records per source).
 
     The plan (`transforms.core.mixture.targets`) is the job's own, made at the estimates; its error is
@@ -192,6 +265,14 @@ def predict_mixture(spec, tokens: Sequence[Interval], documents: Sequence[Interv
     each run through the plan. A source gives its target within one document (the plan's exact threshold), so
     a taken total's interval adds a mean document per source to the simulated spread. Seeded: the same
     prediction for the same sample.
+
+    A source taken c + r times (r a fraction) gives every document c times and, once more, the documents its
+    keyed hash puts first until their tokens reach r of its own: how many that is, is the job's draw, as a
+    split's is (`split_share`). With `lengths` (per source, the token counts of its sampled documents and how
+    many of its documents each stands for, or None), each simulated availability draws those documents in a
+    random order until they hold the remainder (`partial_counts`): a source of a few long documents among many
+    short ones fills a remainder with a number of documents far from r times its documents as often as not.
+    Without it, r times its documents.
     """
     from transforms.core.mixture import targets
 
@@ -201,18 +282,37 @@ def predict_mixture(spec, tokens: Sequence[Interval], documents: Sequence[Interv
     k = np.array([x.value for x in kept], dtype=np.float64)
     wanted, _, limited_by = targets(spec, [max(1, int(round(x))) for x in a])
     want = np.array(wanted, dtype=np.float64)
-    per_doc = np.divide(a, d, out=np.zeros(n), where=d > 0)  # mean tokens of a document
+    per_doc = a / np.where(d > 0, d, np.inf)  # mean tokens of a document (none without documents)
 
-    def taken_docs(want, a, d):
-        copies = np.divide(want, a, out=np.zeros_like(want), where=a > 0)
-        return copies * d, np.maximum(copies - 1, 0) * d
-
-    docs, reps = taken_docs(want, a, d)
-    rows = np.divide(want, a, out=np.zeros(n), where=a > 0) * k
+    def taken_docs(want, a, d, partial):
+        """Documents taken (copies included) and of them repeats; `partial`: the remainder's documents."""
+        whole = np.floor(want / np.where(a > 0, a, np.inf))
+        return whole * d + partial, np.maximum(whole - 1, 0) * d + np.where(whole >= 1, partial, 0.0)
 
     rng = np.random.default_rng([seed, 0x6D6978])  # "mix"
+    samples = [None] * n  # per source with `lengths`: its documents' tokens, their weights, their mean
+    for i in range(n):
+        if lengths is not None and lengths[i] is not None and len(lengths[i][0]):
+            t, m = (np.asarray(x, dtype=np.float64) for x in lengths[i])
+            samples[i] = (t, m, float((t * m).sum() / m.sum()))
+
+    def remainders(copies: np.ndarray, d: np.ndarray, i: int) -> np.ndarray:
+        """Source i's remainder documents, per row of `copies` and `d` (documents available): r of d, or drawn."""
+        partial = (copies - np.floor(copies)) * d
+        if samples[i] is None:
+            return partial
+        t, m, mean = samples[i]
+        return partial_counts(rng, t, m, partial * mean)  # the remainder in the sample's units: r d mean tokens
+
+    copies0 = want / np.where(a > 0, a, np.inf)  # none of a source without tokens
+    # The point: the mean of the draw at the estimates (r of d where no lengths are given).
+    partial0 = np.array([float(np.mean(remainders(np.full(draws, copies0[i]), np.full(draws, d[i]), i)))
+                         for i in range(n)])
+    docs, reps = taken_docs(want, a, d, partial0)
+    rows = copies0 * k
+
     sd = [np.array([i.half_width / _Z for i in x], dtype=np.float64) for x in (tokens, documents, kept)]
-    sim = {name: [] for name in ("want", "docs", "reps", "rows")}
+    runs = []
     failed = 0
     for _ in range(draws):
         a_, d_, k_ = (np.maximum(v + s * rng.standard_normal(n), 1e-9) for v, s in zip((a, d, k), sd))
@@ -221,11 +321,17 @@ def predict_mixture(spec, tokens: Sequence[Interval], documents: Sequence[Interv
         except ValueError:  # a source cannot give its budget or share at these availabilities
             failed += 1
             continue
-        dd, rr = taken_docs(w, a_, d_)
-        sim["want"].append(w)
-        sim["docs"].append(dd)
-        sim["reps"].append(rr)
-        sim["rows"].append(w / a_ * k_)
+        runs.append((w, a_, d_, k_))
+    sim = {name: [] for name in ("want", "docs", "reps", "rows")}
+    if runs:
+        w, a_, d_, k_ = (np.array(x) for x in zip(*runs))
+        partial = np.column_stack([remainders(w[:, i] / a_[:, i], d_[:, i], i) for i in range(n)])
+        for j in range(len(runs)):
+            dd, rr = taken_docs(w[j], a_[j], d_[j], partial[j])
+            sim["want"].append(w[j])
+            sim["docs"].append(dd)
+            sim["reps"].append(rr)
+            sim["rows"].append(w[j] / a_[j] * k_[j])
 
     def interval(value: np.ndarray, key: str, source: Optional[int] = None, slack: float = 0.0) -> Interval:
         """`value` (per source, or its sum) with the 2.5-97.5 % range of the simulated ones around it."""
@@ -245,3 +351,36 @@ def predict_mixture(spec, tokens: Sequence[Interval], documents: Sequence[Interv
     return MixturePrediction(sources, interval(want, "want", slack=float(per_doc.sum())),
                              interval(docs, "docs", slack=float(n)), interval(rows, "rows", slack=float(n)),
                              limited_by, failed / draws)
+
+
+def partial_counts(rng, sizes: Sequence[float], weights: Sequence[float], remainders: Sequence[float],
+                   simulate_up_to: int = 200) -> np.ndarray:
+    """Per remainder, how many documents a random order takes until their tokens come nearest it (the mixture's
+    cut: `transforms.core.mixture.refine_plan`), documents of `sizes` tokens (at least one each) drawn with
+    probability in proportion to `weights` (how many each stands for). Simulated, a draw per remainder, where
+    that takes at most `simulate_up_to` documents on average: a draw takes up to as many of the smallest
+    documents as the remainder holds, or ten times the mean count, and one that still falls short counts the
+    mean (the documents are drawn a column at a time, so that a draw's first documents do not depend on how many
+    it may take). Beyond, the renewal count's normal limit: mean R / mu, variance R * sigma^2 / mu^3."""
+    t = np.asarray(sizes, dtype=np.float64)
+    p = np.asarray(weights, dtype=np.float64)
+    p = p / p.sum()
+    r = np.asarray(remainders, dtype=np.float64)
+    mean = float((t * p).sum())
+    if not len(r) or mean <= 0:
+        return np.zeros(len(r))
+    variance = float((p * (t - mean) ** 2).sum())
+    expected = r / mean
+    if expected.max() > simulate_up_to:
+        spread = np.sqrt(np.maximum(r, 0) * variance / mean**3)
+        return np.maximum(expected + spread * rng.standard_normal(len(r)), 0.0)
+    smallest = float(t[(t > 0) & (p > 0)].min())
+    width = int(min(math.ceil(r.max() / smallest) + 1, math.ceil(10 * expected.max()) + 100))
+    cumulative = np.cumsum(t[rng.choice(len(t), size=(width, len(r)), p=p)].T, axis=1)
+    before = (cumulative < r[:, None]).sum(axis=1)  # documents whose tokens stay below the remainder
+    # The tokens before each document and after it, past the last drawn one infinitely many.
+    bounds = np.hstack([np.zeros((len(r), 1)), cumulative, np.full((len(r), 1), np.inf)])
+    rows = np.arange(len(r))
+    over, under = bounds[rows, before + 1] - r, r - bounds[rows, before]
+    # The cut nearest the remainder: the document that crosses it, unless stopping before it is nearer.
+    return np.where(before < width, np.where(over > under, before, before + 1), expected)

@@ -26,7 +26,7 @@ from transforms.core.records import Document
 from transforms.io.discover import extension_of
 from transforms.io.readers import read_records
 
-__all__ = ["LineDraws", "by_byte", "draw_lines", "coin_records", "keeps"]
+__all__ = ["LineDraws", "by_byte", "draw_lines", "lines_around", "coin_records", "keeps"]
 
 _BACK = 1 << 16  # bytes read back at a time to find the start of a drawn line
 WINDOW = 1 << 14  # bytes after each drawn offset whose line ends are counted
@@ -52,6 +52,7 @@ class LineDraws:
     # drawn by its bytes says little about short ones).
     window_ends: list = dataclasses.field(default_factory=list)
     window_bytes: list = dataclasses.field(default_factory=list)
+    starts: list = dataclasses.field(default_factory=list)  # each drawn line's first byte in the file
 
 
 def _seed(seed: int, identity: str) -> int:
@@ -80,7 +81,8 @@ def draw_lines(path: str, size: int, budget: int, seed: int, identity: str, max_
     with fsspec.open(path, "rb") as fh:
         while len(out.lines) < max_draws and (drawn < budget or (len(out.lines) < _MIN_DRAWS and budget < size)):
             offset = min(int(((start + len(out.lines) * _GOLDEN) % 1.0) * size), size - 1)
-            line, length = _line_at(fh, offset)
+            first, line, length = _locate(fh, offset)
+            out.starts.append(first)
             out.lines.append(line)
             out.lengths.append(length)
             out.window_ends.append(_ends_in_window(fh, size, offset, width))
@@ -111,6 +113,11 @@ def _ends_in_window(fh, size: int, offset: int, width: int) -> int:
 
 def _line_at(fh, offset: int) -> tuple[bytes, int]:
     """(the line holding byte `offset`, without its newline; its bytes with it)."""
+    return _locate(fh, offset)[1:]
+
+
+def _locate(fh, offset: int) -> tuple[int, bytes, int]:
+    """(the first byte of the line holding byte `offset`; that line, without its newline; its bytes with it)."""
     start = offset
     while start > 0:  # back to the byte after the previous newline
         lo = max(0, start - _BACK)
@@ -127,13 +134,30 @@ def _line_at(fh, offset: int) -> tuple[bytes, int]:
         block = fh.read(_BACK)
         if not block:
             line = b"".join(parts)
-            return line, len(line)
+            return start, line, len(line)
         cut = block.find(b"\n")
         if cut >= 0:
             parts.append(block[:cut])
             line = b"".join(parts)
-            return line, len(line) + 1
+            return start, line, len(line) + 1
         parts.append(block)
+
+
+def lines_around(fh, start: int, end: int, size: int, before: int, after: int) -> tuple[list, list]:
+    """The whole lines around the one in [start, end) of a file of `size` bytes: those before it, in the file's
+    order, back until their bytes (newlines included) reach `before`, and those after it until theirs reach
+    `after` (fewer at the file's ends). What a drawn line is packed among in the job."""
+    back, pos, got = [], start, 0
+    while pos > 0 and got < before:
+        first, line, length = _locate(fh, pos - 1)
+        back.append(line)
+        pos, got = first, got + length
+    forth, pos, got = [], end, 0
+    while pos < size and got < after:
+        _, line, length = _locate(fh, pos)
+        forth.append(line)
+        pos, got = pos + length, got + length
+    return back[::-1], forth
 
 
 def keeps(seed: int, identity: str, index: int, fraction: float) -> bool:
