@@ -33,6 +33,7 @@ from typing import Any, Optional
 from pipelines.settings import SETTINGS, ConfigError
 from transforms.core.hooks210 import BUILTIN_HOOKS
 from transforms.core.hooks210 import REQUIRED_KWARGS, check_hook_kwargs
+from transforms.core.modes import CONVERSATION, PAIR, PREFERENCE, TEXT, Mode, find_mode
 from transforms.io.hf_datasets import check_options
 from transforms.io.hooks import load_hook, parse_hook_spec
 
@@ -168,23 +169,23 @@ def translate(data: dict, path: str) -> CerebrasConfig:
     if semantic and hook != REGION_HOOK:
         raise ConfigError(f"{path}: processing.{semantic[0]}: semantic region settings are supported with a read "
                           f"hook of your own (its regions make the rows), not with {hook}")
-    if mode == "FIM" and dataset.get("training_objective") is None:
+    if mode.fim and dataset.get("training_objective") is None:
         notices.append("dataset.fim_*: FIM rows, as the settings ask (2.10 needs training_objective: fim, and "
                        "without it writes plain LM rows)")
-    _hook_keys(mode, hook, kwargs, path, values, notices)
+    _hook_keys(hook, kwargs, path, values, notices)
     _dataset(mode, dataset, path, values, notices)
-    _token_limit(mode, processing, path, values, notices)
+    _token_limit(processing, path, values, notices)
     for section in sections.values():
         for key, why in _NO_EFFECT.items():
             if section.get(key) not in (None, False):  # False: UNSAFE_skip_jsonl_decoding_errors asks nothing
                 notices.append(f"{key}: accepted, no effect here ({why})")
     values.update(ours)
     defaults = {k: v for k, v in DEFAULTS_210.items() if k not in values}
-    return CerebrasConfig(mode=mode, values=values, defaults=defaults, raw=data, notices=tuple(notices),
+    return CerebrasConfig(mode=mode.name, values=values, defaults=defaults, raw=data, notices=tuple(notices),
                           hook=processing["read_hook"], hook_digest=digest)
 
 
-def _token_limit(mode: str, processing: dict, path: str, values: dict, notices: list) -> None:
+def _token_limit(processing: dict, path: str, values: dict, notices: list) -> None:
     """2.10's processing.token_limit as a one-source mixture budget (transforms.core.mixture).
 
     2.10 stops once the chunks it has tokenized reach the limit: which documents those are depends on the
@@ -378,22 +379,24 @@ def _hook(processing: dict, path: str) -> tuple[str, dict, Optional[str]]:
     return name, kwargs, None
 
 
-def _mode(mode210: str, hook: str, dataset: dict, path: str) -> str:
+def _mode(mode210: str, hook: str, dataset: dict, path: str) -> Mode:
+    """Our mode for 2.10's terms: what a record is (the hook's and setup.mode's), VSL (dataset.use_vsl) and FIM
+    (dataset.training_objective), found in the table of modes."""
+    vsl = bool(dataset.get("use_vsl"))
     if hook == REGION_HOOK:
         if mode210 == "dpo":
-            if dataset.get("use_vsl") or dataset.get("training_objective") is not None:
+            if vsl or dataset.get("training_objective") is not None:
                 raise ConfigError(f"{path}: dataset.use_vsl and training_objective do not apply to setup.mode dpo")
-            return "DPO"  # the regions' prompt, chosen and rejected turns make the pair (transforms.io.hooks)
+            return find_mode(PREFERENCE)  # the regions' prompt, chosen and rejected turns make the pair
         if mode210 in ("finetuning", "nlg"):  # nlg: a finetuning of context and completion
             if dataset.get("training_objective") is not None:
                 raise ConfigError(f"{path}: dataset.training_objective does not apply to finetuning")
-            return "Chat_VSL" if dataset.get("use_vsl") else "Chat"
+            return find_mode(CONVERSATION, vsl=vsl)
         hook = "text_read_hook"  # pretraining: the regions' text is the document (transforms.io.hooks)
     modes = SUPPORTED_HOOKS[hook][0]
     if mode210 not in modes:
         raise ConfigError(f"{path}: processing.read_hook {hook} does not serve setup.mode {mode210} "
                           f"(it serves {', '.join(modes)})")
-    vsl = bool(dataset.get("use_vsl"))
     objective = dataset.get("training_objective")
     fim_keys = [k for k in ("fim_rate", "spm_rate", "fim_prefix_tok", "fim_middle_tok", "fim_suffix_tok")
                 if dataset.get(k) is not None]
@@ -409,15 +412,13 @@ def _mode(mode210: str, hook: str, dataset: dict, path: str) -> str:
     if vsl and mode210 in ("dpo", "nlg"):
         raise ConfigError(f"{path}: dataset.use_vsl does not apply to setup.mode {mode210}")
     if mode210 == "pretraining":
-        return "FIM" if objective == "fim" else "LMData_VSL" if vsl else "LMData"
+        return find_mode(TEXT, vsl=vsl, fim=objective == "fim")
     if mode210 == "dpo":
-        return "DPO"
-    if hook == "chat_read_hook":
-        return "Chat_VSL" if vsl else "Chat"
-    return "Summarization_VSL" if vsl else "Summarization"
+        return find_mode(PREFERENCE)
+    return find_mode(CONVERSATION if hook == "chat_read_hook" else PAIR, vsl=vsl)
 
 
-def _hook_keys(mode: str, hook: str, kwargs: dict, path: str, values: dict, notices: list) -> None:
+def _hook_keys(hook: str, kwargs: dict, path: str, values: dict, notices: list) -> None:
     if hook == REGION_HOOK:
         return  # the hook's `*_key` columns are read (Config.keys_tuple); its regions make the rows
     if hook == "text_read_hook":
@@ -437,15 +438,15 @@ def _hook_keys(mode: str, hook: str, kwargs: dict, path: str, values: dict, noti
             values["prompt_key"] = kwargs["prompt_key"]
 
 
-def _dataset(mode: str, dataset: dict, path: str, values: dict, notices: list) -> None:
-    if "sep_token" in dataset and mode.startswith("Summarization"):
+def _dataset(mode: Mode, dataset: dict, path: str, values: dict, notices: list) -> None:
+    if "sep_token" in dataset and mode.record == PAIR:
         if dataset["sep_token"] is not None:
             values["sep_token"] = dataset["sep_token"]
     template = dataset.get("chat_template")
-    if template and mode in ("Chat", "Chat_VSL", "DPO"):
+    if template and mode.templated:
         values["chat_template"] = template  # 2.10 gives the template's text itself; a file path works too
     elif template:
-        notices.append(f"dataset.chat_template: not read for {mode}: ignored")
+        notices.append(f"dataset.chat_template: not read for {mode.name}: ignored")
     truncate = dataset.get("truncate_to_msl")
     if truncate:
         values["truncate"] = _truncation(truncate, notices)

@@ -22,9 +22,6 @@ from transforms.core.mixture import MixtureSpec, parse_mixture
 from transforms.core.modes import CONVERSATION, PAIR, PREFERENCE, Mode
 from transforms.core.modes import mode as mode_traits
 
-# TEMPORARY (removed when pipelines.estimate asks the table): the old mode constants.
-CHAT, DPO, FIM, LMDATA = "Chat", "DPO", "FIM", "LMData"
-SUMMARIZATION_MODES = ("Summarization", "Summarization_VSL")
 from transforms.core.splits import check_name, parse_context_splits, parse_data_splits
 
 __all__ = ["Config", "ConfigError", "MODES", "build_parser", "load_config", "SETTINGS"]

@@ -1,8 +1,8 @@
 """The table of modes: its traits, and that no other module names a mode.
 
 A mode is named (a string literal equal to a mode's or Cerebras processor's
-name, or one of the old mode constants) only in the table and the places
-listed below; everything else asks the table for the mode's traits. Tests,
+name, or one of the old mode constants) only in the table; everything else
+asks the table for the mode's traits. Tests,
 docs and benchmarks call the command with mode names, as users do, and are not
 counted.
 """
@@ -21,10 +21,8 @@ from transforms.core.features import DPO_FEATURES, KEY_PADDING_FEATURES, LM_FEAT
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("pipelines", "transforms", "templates", "scripts")
-# The table itself; and the translation of Cerebras 2.10's configuration, whose own terms it maps to ours.
+# The table itself: everything else, the translation of Cerebras 2.10's configuration included, asks it.
 ALLOWED = {"transforms/core/modes.py"}
-# Not moved to the table yet (issue #45): shrink this set, never grow it.
-NOT_YET = {"pipelines/estimate.py", "pipelines/cerebras210.py", "pipelines/config.py"}
 NAMES = set(modes.MODE_NAMES) | {m.processor for m in modes.MODES}
 CONSTANTS = {"LMDATA", "SUMMARIZATION", "FIM", "LMDATA_VSL", "SUMMARIZATION_VSL", "CHAT", "CHAT_VSL", "DPO",
              "VSL_MODES", "SUMMARIZATION_MODES", "CHAT_MODES", "CONVERSATION_MODES", "ONE_ROW_PER_RECORD",
@@ -62,11 +60,9 @@ def test_the_counter_sees_literals_and_constants_not_prose(tmp_path):
 
 def test_no_module_names_a_mode_outside_the_table():
     naming = {name: hits for name, path in _product_files() if (hits := naming_a_mode(path))}
-    outside = {name: hits[:3] for name, hits in naming.items() if name not in ALLOWED | NOT_YET}
+    outside = {name: hits[:3] for name, hits in naming.items() if name not in ALLOWED}
     assert not outside, f"these name a mode: ask transforms.core.modes for its traits instead: {outside}"
-    print(f"\nfiles naming a mode: {len(naming)} ({', '.join(sorted(naming))})")
-    # The list of files not moved yet only shrinks: one that names no mode any more leaves it.
-    assert not (NOT_YET - set(naming)), f"remove from NOT_YET: {sorted(NOT_YET - set(naming))}"
+    assert set(naming) == ALLOWED  # the table names its modes
 
 
 def test_the_table():
