@@ -8,9 +8,9 @@ The command, in layers: `main` parses flags and YAML (pipelines.config; or
 takes what the process's head start parsed, pipelines.process) and reports
 what the user must fix; `run` (pipelines.job) launches the job and waits for it;
 `launch` checks everything that can be checked before a worker starts and
-submits. Around them: `plan_job` turns the config into plain values
-(pipelines.plan), `runner_plan` adds what the chosen runner needs
-(pipelines.runners), `build` only wires stages (pipelines.graph), the output
+submits. Around them: `plan_job` turns the config, and what the chosen runner
+decides (`runner_plan`, pipelines.runners), into the job's plan of plain
+values, whole and read-only (pipelines.plan), `build` only wires stages (pipelines.graph), the output
 directory is checked and claimed first (pipelines.output_dir), and the summary
 line is said last (pipelines.summary).
 """

@@ -14,7 +14,6 @@ Every setting comes from the plan (pipelines.plan); nothing here reads flags,
 options or files.
 """
 
-import dataclasses
 
 import apache_beam as beam
 
@@ -93,13 +92,11 @@ def _build_splits(plan: JobPlan, docs, stored, dead_letters):
     """
     splits = plan.splits
     outputs = [plan.for_output(k) for k in range(len(splits.outputs))]
+    keyed = plan.by_part()
 
     def per_part(get):
-        return None if get(plan) is None else PerPart(tuple(get(o) for o in outputs))
+        return PerPart(tuple(get(o) for o in outputs))
 
-    keyed = dataclasses.replace(plan, pack=per_part(lambda p: p.pack), fim=per_part(lambda p: p.fim),
-                                summarization=per_part(lambda p: p.summarization), vsl=per_part(lambda p: p.vsl),
-                                chat=per_part(lambda p: p.chat))
     routed = docs | "RouteDocuments" >> RouteDocuments(splits, plan.normalize if plan.chat is None else None)
     parts, rest = routed.parts, routed[REST]
     tokens, mixture = (parts | "EncodeConversations" >> _encode_conversations(keyed) if plan.chat is not None

@@ -26,7 +26,7 @@ from transforms.io import fs, progress
 from transforms.io.hooks import hook_source
 from transforms.io.manifest import PARAMS_FILE
 from transforms.io.read_corpus import write_input_manifest
-from transforms.io.tokenizer_files import stage_tokenizer_files
+from transforms.io.tokenizer_files import write_staged
 from transforms.stages.mixture import MixtureError
 
 __all__ = ["run", "launch", "Launched"]
@@ -51,18 +51,21 @@ def launch(config: Config, beam_args: list[str], plan_changes: Optional[dict] = 
     `plan_changes` replaces JobPlan fields that have no flag (tests: how work is shared out).
     """
     options = beam_options(beam_args)
-    plan = runner_plan(plan_job(config), config, options)
+    runner = runner_plan(config, options, beam_args)
+    plan = None
     try:
-        return _submit(config, beam_args, options, plan, plan_changes)
+        plan = plan_job(config, runner, plan_changes)
+        if plan.storage_dir != runner.storage_dir:  # plan_changes named another: the runner's scratch is unused
+            _remove_scratch(config, runner.storage_dir)
+        return _submit(config, options, plan)
     except BaseException:
-        # No Launched to clean up after: the scratch space runner_plan made is removed here, whether the output
-        # directory was refused or the job failed (a local runner runs the whole job in _submit).
-        _remove_scratch(config, plan.storage_dir)
+        # No Launched to clean up after: the scratch space runner_plan made is removed here, whether the plan or
+        # the output directory was refused or the job failed (a local runner runs the whole job in _submit).
+        _remove_scratch(config, runner.storage_dir if plan is None else plan.storage_dir)
         raise
 
 
-def _submit(config: Config, beam_args: list[str], options: PipelineOptions, plan: JobPlan,
-            plan_changes: Optional[dict]) -> Launched:
+def _submit(config: Config, options: PipelineOptions, plan: JobPlan) -> Launched:
     """The job planned: the output directory claimed, the tokenizer staged, the graph built, run or submitted."""
     dry_run = bool(options.view_as(TestOptions).dry_run)
     local, storage = is_local_runner(options), plan.storage_dir
@@ -77,14 +80,9 @@ def _submit(config: Config, beam_args: list[str], options: PipelineOptions, plan
         # The bar follows the input's bytes tokenized, in this process (the in-memory runner's workers).
         sizes = [f.size for f in plan.files]
         progress.start(None if None in sizes else sum(sizes), file=sys.stderr)
-    plan = dataclasses.replace(plan, extra={
-        **plan.extra, "run": {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                              "beam_version": beam.__version__, "beam_options": beam_args,
-                              "shuffle_strategy": "disk" if storage else "runner"}})
-    # DoFns carry a reference to the tokenizer files, staged where every worker can read them.
-    staged = stage_tokenizer_files(plan.tokenizer_files, fs.join(plan.output_dir, fs.TMP_DIR), write=not dry_run)
-    plan = dataclasses.replace(plan, tokenizer_files=staged, **(plan_changes or {}))
     if not dry_run:
+        # DoFns carry a reference to the tokenizer files, staged where every worker can read them.
+        write_staged(plan.tokenizer_files)
         # The job graph names this file instead of holding the list: its size must not grow with the input.
         write_input_manifest(plan.input_manifest, plan.files)
     if config.use_ftfy and not fast_ftfy.fast_path():

@@ -36,15 +36,28 @@ from transforms.io.hdf5_format import GZIP_LEVEL
 from transforms.io.hdf5_sink import RowFormat
 from transforms.io.hf_datasets import HfDatasetError, resolve_split_files
 from transforms.io.hooks import HookSpec, load_hook, parse_hook_spec
-from transforms.io.tokenizer_files import StagedTokenizerFiles, read_chat_template
+from transforms.io.tokenizer_files import StagedTokenizerFiles, read_chat_template, stage_tokenizer_files
 
-__all__ = ["plan_job", "JobPlan", "UserError", "INPUT_MANIFEST"]
+__all__ = ["plan_job", "JobPlan", "RunnerPlan", "UserError", "INPUT_MANIFEST"]
 
 INPUT_MANIFEST = "inputs.jsonl"  # inside OUT/.tmp: the input files, read by the workers
 
 
 class UserError(Exception):
     """A problem the user can fix; reported as one line, without a traceback."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerPlan:
+    """What the chosen runner decides of a job (pipelines.runners.runner_plan); the defaults are a plan with no
+    runner (the estimate's sample, a graph built by hand)."""
+
+    storage_dir: Optional[str] = None  # where packed groups wait (disk strategy); None: the runner's GroupByKey
+    fan_out_bytes: Optional[int] = None  # files read in order and larger than this hand their groups on
+    process_cpus: Optional[int] = None  # cores one worker process may use; None: all of this machine's
+    mixture_plan: Optional[MixturePlan] = None  # on resume: the plan the interrupted run kept
+    stage_dir: Optional[str] = None  # where the tokenizer is staged for the workers; None: not staged
+    run: Optional[dict] = None  # data_params.json's record of the run (when, Beam's version and options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +72,7 @@ class JobPlan:
     group_bytes: int
     max_record_bytes: int
     normalize: NormalizeConfig
-    tokenizer_files: TokenizerFiles | StagedTokenizerFiles  # staged by launch(): what the DoFns carry
+    tokenizer_files: TokenizerFiles | StagedTokenizerFiles  # staged for a runner: what the DoFns carry
     split_len: Optional[int]
     remove_bos_in_chunks: bool
     pack: PackConfig
@@ -126,6 +139,18 @@ class JobPlan:
             pack=with_msl(self.pack), summarization=with_msl(self.summarization), fim=with_msl(self.fim),
             vsl=with_msl(self.vsl), chat=with_msl(self.chat))
 
+    def by_part(self) -> "JobPlan":
+        """A split job's plan whose row settings hold each output's own (PerPart: the stages take the one of the
+        part at hand), so that the graph does not grow with the outputs."""
+        outputs = [self.for_output(k) for k in range(len(self.splits.outputs))]
+
+        def per_part(get):
+            return None if get(self) is None else PerPart(tuple(get(o) for o in outputs))
+
+        return dataclasses.replace(self, pack=per_part(lambda p: p.pack), fim=per_part(lambda p: p.fim),
+                                   summarization=per_part(lambda p: p.summarization), vsl=per_part(lambda p: p.vsl),
+                                   chat=per_part(lambda p: p.chat))
+
     @property
     def row_format(self) -> RowFormat:
         return RowFormat(max_seq_length=self.pack.max_seq_length, pad_id=self.pad_id,
@@ -149,8 +174,10 @@ def _relpath(path: str, root: Optional[str]) -> str:
     return path
 
 
-def plan_job(config: Config) -> JobPlan:
-    """Resolve inputs and the tokenizer; raise UserError for anything the user must fix."""
+def plan_job(config: Config, runner: RunnerPlan = RunnerPlan(), changes: Optional[dict] = None) -> JobPlan:
+    """The job's plan, whole: inputs and the tokenizer resolved, every stage's settings, what the runner decided
+    (`runner`); read-only after (its views for a split's outputs are its own methods). Raise UserError for
+    anything the user must fix. `changes` sets JobPlan fields that have no flag (tests: how work is shared out)."""
     mixture, mixture_sources = None, ()
     if config.mixture_spec is not None:
         mixture, paths, relpaths, mixture_sources = _mixture_inputs(config)
@@ -211,6 +238,8 @@ def plan_job(config: Config) -> JobPlan:
              "config_fingerprint": config.fingerprint()}
     if config.use_ftfy:  # its fixes change between versions; and whether the exact fast path covered this one
         extra["ftfy"] = fast_ftfy.ftfy_record()
+    if runner.run is not None:
+        extra["run"] = runner.run
     hook = _hook_spec(config)
     chat = _chat_config(config, tok_files, tokenizer) if traits.templated else None
     vsl = None
@@ -221,7 +250,7 @@ def plan_job(config: Config) -> JobPlan:
             pack_sequences=config.pack_sequences, inverted_mask=config.inverted_mask, eos_id=tokenizer.eos_id,
             sep_id=tokenizer.sep_id if traits.record == PAIR else None,
             truncate=config.truncate if traits.record == PAIR else None)
-    return JobPlan(
+    plan = JobPlan(
         mode=config.mode,
         files=files,
         input_manifest=input_manifest,
@@ -230,7 +259,9 @@ def plan_job(config: Config) -> JobPlan:
         group_bytes=config.packing_group_mb << 20,
         max_record_bytes=config.max_record_mb << 20,
         normalize=_normalize_config(config),
-        tokenizer_files=tok_files,
+        # Named here, written once the output directory is claimed (pipelines.job).
+        tokenizer_files=(tok_files if runner.stage_dir is None
+                         else stage_tokenizer_files(tok_files, runner.stage_dir, write=False)),
         split_len=config.chunk_len_to_split if config.split_text_to_tokenize else None,
         remove_bos_in_chunks=config.remove_bos_in_chunks,
         pack=PackConfig(
@@ -266,7 +297,12 @@ def plan_job(config: Config) -> JobPlan:
         region_defaults=_region_defaults(config) if config.region_hook else None,
         mixture=mixture,
         mixture_sources=mixture_sources,
+        storage_dir=runner.storage_dir,
+        fan_out_bytes=runner.fan_out_bytes,
+        process_cpus=runner.process_cpus,
+        mixture_plan=runner.mixture_plan,
     )
+    return dataclasses.replace(plan, **changes) if changes else plan
 
 
 def _mixture_inputs(config: Config) -> tuple[MixtureSpec, list, list, tuple]:

@@ -7,8 +7,8 @@ runner keeps packed groups on this machine's disk; a distributed one
 """
 
 import argparse
-import dataclasses
 import tempfile
+import time
 from typing import Optional
 
 import apache_beam as beam
@@ -16,7 +16,7 @@ from apache_beam.options.pipeline_options import DebugOptions, DirectOptions, Pi
 
 from pipelines.config import Config
 from pipelines.job_progress import FlinkRestMetrics, live_metrics
-from pipelines.plan import JobPlan, UserError
+from pipelines.plan import RunnerPlan, UserError
 from transforms.core.threads import machine_cpus
 from transforms.io import fs
 from transforms.io.intermediate import MIXTURE_PLAN, load_mixture_plan
@@ -107,8 +107,9 @@ def _storage_dir(config: Config, local_runner: bool) -> Optional[str]:
     return tempfile.mkdtemp(prefix="create_hdf5_dataset_groups_")
 
 
-def runner_plan(plan: JobPlan, config: Config, options: PipelineOptions) -> JobPlan:
-    """The plan as the chosen runner needs it: where packed rows wait, how work is shared out, threads per process.
+def runner_plan(config: Config, options: PipelineOptions, beam_args: list[str]) -> RunnerPlan:
+    """What the chosen runner decides of the job's plan: where packed rows wait, how work is shared out, threads
+    per process, where the tokenizer is staged for the workers, and the run's record in data_params.json.
 
     Groups of a large file read in order are handed to other workers only on a
     distributed runner: locally every core already works on one group
@@ -116,12 +117,14 @@ def runner_plan(plan: JobPlan, config: Config, options: PipelineOptions) -> JobP
     text in memory.
     """
     local = is_local_runner(options)
-    plan = dataclasses.replace(plan, storage_dir=_storage_dir(config, local),
-                               fan_out_bytes=None if local else FAN_OUT_BYTES, process_cpus=process_cpus(options))
-    if plan.mixture is not None and plan.resume and plan.storage_dir:
-        kept = load_mixture_plan(fs.join(plan.output_dir, fs.TMP_DIR, MIXTURE_PLAN))
-        plan = dataclasses.replace(plan, mixture_plan=kept)
-    return plan
+    storage, scratch = _storage_dir(config, local), fs.join(fs.absolute(config.output_dir), fs.TMP_DIR)
+    kept = None
+    if config.mixture_spec is not None and config.resume_from_checkpoint and storage:
+        kept = load_mixture_plan(fs.join(scratch, MIXTURE_PLAN))
+    run = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "beam_version": beam.__version__,
+           "beam_options": beam_args, "shuffle_strategy": "disk" if storage else "runner"}
+    return RunnerPlan(storage_dir=storage, fan_out_bytes=None if local else FAN_OUT_BYTES,
+                      process_cpus=process_cpus(options), mixture_plan=kept, stage_dir=scratch, run=run)
 
 
 def metrics_source(options: PipelineOptions, result):

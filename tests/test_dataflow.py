@@ -34,6 +34,7 @@ from pipelines.config import MODES, load_config  # noqa: E402
 from pipelines.job import launch  # noqa: E402
 from pipelines.graph import build  # noqa: E402
 from pipelines.plan import plan_job  # noqa: E402
+from transforms.io.tokenizer_files import write_staged  # noqa: E402
 from pipelines.runners import beam_options, runner_plan  # noqa: E402
 from tests.helpers import ROOT  # noqa: E402
 
@@ -57,7 +58,7 @@ def _pipeline(argv: list[str]) -> beam.Pipeline:
     """The pipeline exactly as main() builds it, not run."""
     config, beam_args = load_config(argv)
     options = beam_options(beam_args)
-    plan = runner_plan(plan_job(config), config, options)
+    plan = plan_job(config, runner_plan(config, options, beam_args))
     p = beam.Pipeline(options=options)
     build(p, plan)
     return p
@@ -158,11 +159,18 @@ def test_everything_sent_to_workers_unpickles_in_a_fresh_process(tmp_path):
     """p.to_runner_api() pickles every DoFn and CombineFn; a new interpreter, elsewhere, loads and sets up ours.
 
     The tokenizer files are deleted before the worker starts: a DoFn must carry
-    what it needs, as a Dataflow worker cannot see the launching machine's files.
+    what it needs, or read it from where the job staged it (under the output
+    directory, a bucket on Dataflow), as a Dataflow worker cannot see the
+    launching machine's files.
     """
     tok = tmp_path / "tok"
     shutil.copytree(GPT2, tok)
-    p = _pipeline(_argv(tmp_path / "out", tok) + DATAFLOW + ["--sdk_container_image", IMAGE])
+    argv = _argv(tmp_path / "out", tok) + DATAFLOW + ["--sdk_container_image", IMAGE]
+    p = _pipeline(argv)
+    config, beam_args = load_config(argv)
+    staged = plan_job(config, runner_plan(config, beam_options(beam_args), beam_args)).tokenizer_files
+    (tmp_path / "out" / ".tmp").mkdir(parents=True)  # as the job stages it, once it has claimed the directory
+    write_staged(staged)
     proto_file = tmp_path / "pipeline.pb"
     proto_file.write_bytes(p.to_runner_api().SerializeToString())
     shutil.rmtree(p.local_tempdir, ignore_errors=True)  # Beam removes it only when a pipeline runs

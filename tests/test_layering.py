@@ -120,6 +120,40 @@ def test_stages_do_file_io_only_through_io(path):
     assert _file_io(path.read_text()) == []
 
 
+def _plans_changed(code: str) -> list[str]:
+    """Where code makes a changed copy of a job's plan: `dataclasses.replace(plan, ...)` (or `replace(self, ...)`
+    in a module that defines JobPlan) and `JobPlan(...)` itself."""
+    found = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            first = node.args[0] if node.args else None
+            if name == "replace" and isinstance(first, ast.Name) and first.id in ("plan", "keyed", "job_plan"):
+                found.append(f"{node.lineno}: replace({first.id}, ...)")
+            elif name == "JobPlan":
+                found.append(f"{node.lineno}: JobPlan(...)")
+    return found
+
+
+PLAN_MODULE = ROOT / "pipelines" / "plan.py"
+
+
+# JobPlan lives in pipelines/, which nothing under transforms/ imports (test_core_is_pure and the like).
+@pytest.mark.parametrize("path", sorted(p for p in (ROOT / "pipelines").rglob("*.py") if p != PLAN_MODULE),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_plan_is_made_in_one_place(path):
+    """pipelines.plan.plan_job makes a job's whole plan (what the runner decides included) and its views (a split's
+    outputs); nobody changes it after."""
+    assert _plans_changed(path.read_text()) == []
+
+
+def test_the_plan_check_sees_what_it_looks_for():
+    code = ("import dataclasses\nfrom dataclasses import replace\nplan = dataclasses.replace(plan, x=1)\n"
+            "replace(plan, y=2)\nJobPlan(mode='m')\ndataclasses.replace(batch.group, part=1)\n")
+    assert _plans_changed(code) == ["3: replace(plan, ...)", "4: replace(plan, ...)", "5: JobPlan(...)"]
+    assert "JobPlan(...)" in " ".join(_plans_changed(PLAN_MODULE.read_text()))  # where it is made
+
+
 @pytest.mark.parametrize("code, found", [
     # What the encoders' check cache did in the core before its files went to transforms/io/machine_cache.py.
     ("import os\nwith open(p, encoding='utf-8') as f: pass\nos.makedirs(d, exist_ok=True)\nos.replace(t, p)\n",

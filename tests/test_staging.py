@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 from pathlib import Path
 
@@ -45,3 +46,15 @@ def test_dry_run_names_without_writing(files, tmp_path):
     staged = tf.stage_tokenizer_files(files, str(tmp_path / "never"), write=False)
     assert not (tmp_path / "never").exists()
     assert staged.load() == files  # the launching process keeps them
+
+
+def test_files_named_by_the_plan_are_written_once_the_job_claims_its_directory(files, tmp_path):
+    """The plan names the staged file (pipelines.plan); the job writes it later (pipelines.job): the same bytes
+    as staging at once, so a worker's digest check passes."""
+    named = tf.stage_tokenizer_files(files, str(tmp_path / "later"), write=False)
+    (tmp_path / "later").mkdir()  # the job's claimed directory
+    tf.write_staged(named)
+    (tmp_path / "now").mkdir()
+    at_once = tf.stage_tokenizer_files(files, str(tmp_path / "now"))
+    assert Path(named.path).read_bytes() == Path(at_once.path).read_bytes()
+    assert named.sha256 == at_once.sha256 == hashlib.sha256(Path(named.path).read_bytes()).hexdigest()

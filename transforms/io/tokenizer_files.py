@@ -28,7 +28,7 @@ from transforms.core.tokenizer.fast import DEFAULT_CHECK_SHARE
 from transforms.io import fs, machine_cache
 
 __all__ = ["read_tokenizer_files", "read_chat_template", "autotokenizer_files", "custom_tokenizer_files",
-           "stage_tokenizer_files",
+           "stage_tokenizer_files", "write_staged",
            "StagedTokenizerFiles", "HF_FILES"]
 
 # File names of a Hugging Face tokenizer directory, in the order they are looked for.
@@ -218,6 +218,14 @@ class StagedTokenizerFiles:
 
 _LOADED: dict = {}
 _LOADED_LOCK = threading.Lock()
+
+
+def write_staged(staged: StagedTokenizerFiles) -> None:
+    """Write the files a reference staged in this process names (`stage_tokenizer_files(..., write=False)`) where
+    it points: the plan names them before the output directory is claimed, the job writes them after."""
+    with _LOADED_LOCK:
+        files = _LOADED[staged.sha256]
+    fs.write_bytes_atomic(staged.path, pickle.dumps(files, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def stage_tokenizer_files(files: TokenizerFiles, directory: str, *, write: bool = True) -> StagedTokenizerFiles:
