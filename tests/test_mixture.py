@@ -260,6 +260,9 @@ def test_a_mixture_s_sources_as_given():
     ("/d/BOX/", "BOX"), ("/d/XML", "XML"),  # capitals kept
     ("/d/my data", "my_data"), ("/d/.cache", "cache"),  # other characters made "_"; no leading "._-"
     ("/d/___", "source"), ("*.jsonl", "source"), ("/", "source"),  # nothing left: "source"
+    # A trailing space is a character like any other (parse_mixture strips those around the path first), not a
+    # separator to strip: the name keeps it, as "_".
+    ("/d/web ", "web_"),
 ])
 def test_a_source_s_default_name(path, name):
     assert _default_name(path) == name
@@ -280,6 +283,17 @@ def test_a_document_s_hash_is_blake2b_of_its_lengths_and_little_endian_ids():
     assert hashes.tolist() == [want, want] and counts.tolist() == [3, 3]
     # A batch that counts its own tokens (a DPO pair, its prompt twice) keeps its counts.
     assert batch_hashes([doc], 0, counts=np.array([5]))[1].tolist() == [5]
+
+
+def test_without_a_total_a_fractional_max_repeats_allows_its_whole_tokens():
+    """max_repeats 1.5 of a's 3 tokens allows 4 whole tokens, not 4.5: at weights 1:1 the total is 8, split
+    4 + 4. Capped at 4.5, the total was 9, split 4.5 + 4.5 with the spare token to a (5 > 4.5), and the largest
+    mixture that fits was refused as not fitting (issue #51)."""
+    spec = parse_mixture([{"source": "/d/a", "weight": 1, "max_repeats": 1.5}, {"source": "/d/b", "weight": 1}])
+    assert targets(spec, [3, 100]) == ([4, 4], 8, "a")
+    # A cap that is whole already (max_repeats 2 of 3 tokens: 6) is as it was: 12, split 6 + 6.
+    spec = parse_mixture([{"source": "/d/a", "weight": 1, "max_repeats": 2}, {"source": "/d/b", "weight": 1}])
+    assert targets(spec, [3, 100]) == ([6, 6], 12, "a")
 
 
 def test_targets_at_their_limits():
@@ -333,6 +347,9 @@ def test_a_plan_by_hand_from_the_first_bucket_to_the_last():
     assert [s.threshold for s in plan.sources] == [_B, _B + 2, 0, 1 << 64]
     assert [plan.times(k, _HASHES).tolist() for k in range(4)] == [
         [1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 1, 1, 1, 1]]
+    # Copies are counts, int64 whichever way they are found (a threshold, or all of the hash space), so that
+    # times * counts are exact token counts.
+    assert [plan.times(k, _HASHES).dtype for k in range(4)] == [np.dtype(np.int64)] * 4
     # No boundary document given for a source: its whole boundary bucket is taken.
     assert [s.threshold for s in refine_plan(coarse, []).sources] == [_B, 2 * _B, 0, 1 << 64]
     # The plan as stored between the passes (with the 2**64 threshold) reads back the same.
@@ -345,6 +362,24 @@ def _plan(*sources, limited_by=None) -> MixturePlan:
     return MixturePlan(tuple(SourcePlan(name, 4, 24, target, copies, 0, -1, 0, threshold)
                              for name, target, copies, threshold in sources),
                        sum(target for _, target, _, _ in sources), limited_by)
+
+
+def test_a_histogram_counts_in_exact_integers():
+    # int64, not float64: a bucket's tokens past 2**53 are still exact (2**53 + 1 is no float).
+    hist = Histogram.of(2, 1, np.array([0, 1], np.uint64), np.array([2**53, 1], np.int64))
+    assert hist.docs.dtype == hist.tokens.dtype == np.dtype(np.int64)
+    assert (int(hist.docs[1, 0]), int(hist.tokens[1, 0])) == (2, 2**53 + 1)
+    assert int(hist.docs.sum()) == 2 and int(hist.tokens.sum()) == 2**53 + 1  # nothing for source 0
+
+
+def test_a_plan_is_stored_as_json_with_its_keys_sorted():
+    """The plan a resumable job keeps (transforms.io.intermediate): this text, field for field."""
+    plan = MixturePlan((SourcePlan("a", 2, 30, 45, 1, 15, 3, 10, 7),), 45, "a")
+    assert plan.to_json() == (
+        '{"limited_by": "a", "sources": [{"bucket": 3, "copies": 1, "docs_available": 2, "name": "a", '
+        '"remainder": 15, "target_tokens": 45, "threshold": 7, "tokens_available": 30, "tokens_below": 10}], '
+        '"total_tokens": 45}')
+    assert MixturePlan.from_json(plan.to_json()) == plan
 
 
 def test_groups_a_source_becomes():

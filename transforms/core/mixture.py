@@ -285,10 +285,12 @@ def targets(spec: MixtureSpec, available: Sequence[int]) -> tuple[list[int], int
                              f"the budgets ({budgets} tokens)")
         total = spec.total_tokens
     else:
-        # The largest weighted total no weighted source runs out of: each allows max_repeats * have / share.
+        # The largest weighted total no weighted source runs out of: each allows the whole tokens max_repeats
+        # gives it, floor(max_repeats * have), over its share. Not max_repeats * have itself: when that is not
+        # whole (max_repeats 1.5 of 3 tokens), a share cut from the total in whole tokens can round up past it.
         weighted, limited_by = 0, None
         if weight_sum:
-            caps = [(math.floor(s.max_repeats * have * weight_sum / s.weight), s.name)
+            caps = [(math.floor(math.floor(s.max_repeats * have) * weight_sum / s.weight), s.name)
                     for s, have in zip(spec.sources, available) if s.weight is not None]
             weighted, limited_by = min(caps)
         total = weighted + budgets
