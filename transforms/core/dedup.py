@@ -1,0 +1,238 @@
+"""Deduplication's pure core (issue #46): exact keys, MinHash signatures and their LSH bands, the similarity of a
+candidate pair, connected components by rounds of grouping, and which record of a component survives.
+
+A record is deduplicated on the token ids the job trains on (its text normalized and tokenized, a conversation
+rendered): shingles are runs of `shingle` consecutive token ids, so text without spaces (Chinese, Japanese, Thai)
+shingles as well as English, and the tokens exist already. Everything here is a function of content, settings
+and a record's stable identity, never of order or of how work was split, so a Beam stage built on it gives the
+same bytes on every engine and worker count.
+
+Near duplicates, in the stage's steps:
+
+1. `signature`: MinHash over the record's shingle hashes, `bands * rows` universal hashes
+   ((a * x + b) mod 2^61 - 1, a and b below 2^32 so the product never overflows 64 bits), computed on numpy
+   arrays a block of shingles at a time (memory bounded whatever the record's length).
+2. `band_keys`: one 64-bit key per band; records sharing a key are candidates (grouped by key, each bucket
+   yielding the pairs of its first record with every other: a star, which connects the bucket as well as all
+   its pairs would).
+3. `similarity`: the share of equal signature values, an unbiased estimate of the shingle Jaccard; a candidate
+   is a duplicate at or above the threshold, so that bucket collisions below it are not merged.
+4. `star_round`: connected components by alternating large-star and small-star rounds (Kiveris et al., 2014),
+   each a grouping of edges by node: no step holds more than one node's edges. `components` runs the rounds to
+   their fixed point in memory (the reference the stage's rounds are tested against, with `union_find`).
+5. `survivor`: a component keeps its record of smallest identity (file relative to the input, line).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+
+from transforms.core.seeds import derive_seed, hash_key
+
+__all__ = ["DedupConfig", "exact_key", "shingle_hashes", "permutations", "signature", "band_keys", "similarity",
+           "detection_probability", "large_star", "small_star", "star_round", "components", "union_find",
+           "survivor", "EMPTY"]
+
+MERSENNE = (1 << 61) - 1
+_MAX32 = (1 << 32) - 1
+EMPTY = np.uint32(_MAX32)  # every value of the signature of a record without shingles
+_BLOCK = 4096  # shingles hashed at a time: bands * rows * _BLOCK * 8 bytes at most (10 MB at 300 hashes)
+
+
+@dataclasses.dataclass(frozen=True)
+class DedupConfig:
+    kind: str  # "exact" (identical token ids) or "near" (exact, then MinHash-LSH)
+    threshold: float = 0.8  # Jaccard of shingles at which two records are near duplicates
+    shingle: int = 5  # token ids per shingle
+    bands: int = 30
+    rows: int = 10
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.kind not in ("exact", "near"):
+            raise ValueError(f"dedup must be exact or near, not {self.kind!r}")
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"dedup_threshold must lie in (0, 1], not {self.threshold}")
+        if self.shingle < 1 or self.bands < 1 or self.rows < 1:
+            raise ValueError("dedup shingle, bands and rows must be at least 1")
+
+    @property
+    def hashes(self) -> int:
+        return self.bands * self.rows
+
+
+def exact_key(values: Sequence[np.ndarray], seed: int = 0) -> bytes:
+    """A record's 16-byte content key: its token ids, each key's with its length (a prompt "ab" + completion "c"
+    is not "a" + "bc"). Records of equal keys are exact duplicates."""
+    h = hashlib.blake2b(digest_size=16, key=hash_key("dedup:", seed))
+    for ids in values:
+        ids = np.ascontiguousarray(ids, dtype="<i4")
+        h.update(len(ids).to_bytes(8, "little"))
+        h.update(ids.tobytes())
+    return h.digest()
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer on uint64 arrays (wrapping arithmetic): a bijection whose every output bit depends
+    on every input bit."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def shingle_hashes(ids: np.ndarray, shingle: int) -> np.ndarray:
+    """The distinct 32-bit hashes of a record's shingles (every run of `shingle` consecutive ids), sorted. A record
+    shorter than a shingle is one shingle of all its ids; a record of no ids has none."""
+    ids = np.asarray(ids, dtype=np.int64).astype(np.uint64)
+    if len(ids) == 0:
+        return np.zeros(0, dtype=np.uint64)
+    n = min(shingle, len(ids))
+    count = len(ids) - n + 1
+    with np.errstate(over="ignore"):
+        h = np.full(count, np.uint64(n), dtype=np.uint64)
+        for j in range(n):  # a loop over the shingle's positions, each step over every shingle at once
+            h = _mix64(h ^ ids[j:j + count])
+    return np.unique(h & np.uint64(_MAX32))
+
+
+def permutations(hashes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (a, b) of `hashes` universal hash functions (a * x + b) mod 2^61 - 1, drawn from the seed: a in
+    [1, 2^32 - 1), b in [0, 2^32), so that a * x + b < 2^64 for every 32-bit x."""
+    rng = np.random.default_rng(derive_seed(seed, "dedup:minhash"))
+    a = rng.integers(1, _MAX32, size=hashes, dtype=np.uint64)
+    b = rng.integers(0, _MAX32 + 1, size=hashes, dtype=np.uint64)
+    return a, b
+
+
+def signature(shingles: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The MinHash signature (uint32, one value per hash function) of a record's shingle hashes; all EMPTY for a
+    record without shingles."""
+    out = np.full(len(a), EMPTY, dtype=np.uint32)
+    shingles = np.asarray(shingles, dtype=np.uint64)
+    for start in range(0, len(shingles), _BLOCK):
+        block = shingles[start:start + _BLOCK, None]
+        values = ((block * a + b) % np.uint64(MERSENNE)) & np.uint64(_MAX32)
+        np.minimum(out, values.min(axis=0).astype(np.uint32), out=out)
+    return out
+
+
+def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """One 64-bit key per band of `rows` consecutive signature values, the band's number mixed in (equal values in
+    two bands are not a candidate)."""
+    sig = np.asarray(sig, dtype=np.uint32)[:bands * rows].reshape(bands, rows).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        h = _mix64(np.arange(bands, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+        for j in range(rows):
+            h = _mix64(h ^ sig[:, j])
+    return h
+
+
+def similarity(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
+    """The estimated Jaccard of two records' shingles: the share of equal signature values. Records without
+    shingles (all EMPTY) are like nothing: exact duplicates of them are found by `exact_key`."""
+    sig_a, sig_b = np.asarray(sig_a), np.asarray(sig_b)
+    if (sig_a == EMPTY).all() or (sig_b == EMPTY).all():
+        return 0.0
+    return float(np.count_nonzero(sig_a == sig_b)) / len(sig_a)
+
+
+def detection_probability(jaccard: float, config: DedupConfig) -> float:
+    """The probability that a pair of records at this shingle Jaccard is found a duplicate: a candidate in some
+    band (1 - (1 - s^rows)^bands), times its estimated similarity reaching the threshold (a binomial tail over
+    the signature's values)."""
+    import math
+
+    s, k = jaccard, config.hashes
+    candidate = 1 - (1 - s**config.rows) ** config.bands
+    need = math.ceil(config.threshold * k - 1e-9)
+    tail = sum(math.comb(k, i) * s**i * (1 - s) ** (k - i) for i in range(need, k + 1))
+    return candidate * tail
+
+
+# ------------------------------------------------------------------- connected components
+
+
+def large_star(node: int, neighbours: Iterable[int]) -> list[tuple[int, int]]:
+    """Large-star at one node: every neighbour larger than it is linked to the smallest of the node and its
+    neighbours. (The node and its whole neighbourhood: one group of a grouping of edges by node.)"""
+    nbrs = set(neighbours)
+    m = min(nbrs | {node})
+    return sorted((v, m) for v in nbrs if v > node)
+
+
+def small_star(node: int, neighbours: Iterable[int]) -> list[tuple[int, int]]:
+    """Small-star at one node: the node and its neighbours not larger than it, all linked to the smallest of
+    them. (Grouped by node, over the edges pointing from it to smaller nodes.)"""
+    smaller = {v for v in neighbours if v <= node}
+    m = min(smaller | {node})
+    return sorted((v, m) for v in smaller | {node} if v != m)
+
+
+def _adjacency(edges: Iterable[tuple[int, int]], directed_down: bool) -> dict:
+    out: dict = {}
+    for u, v in edges:
+        if u == v:
+            continue
+        if directed_down:  # small-star's grouping: each edge once, at its larger end
+            hi, lo = max(u, v), min(u, v)
+            out.setdefault(hi, set()).add(lo)
+        else:  # large-star's: both ends
+            out.setdefault(u, set()).add(v)
+            out.setdefault(v, set()).add(u)
+    return out
+
+
+def star_round(edges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """One large-star then one small-star round over an edge list: the edges after it, sorted and distinct. The
+    components are unchanged; at the fixed point every edge links a node to its component's smallest node."""
+    large = sorted({e for n, nbrs in _adjacency(edges, False).items() for e in large_star(n, nbrs)})
+    return sorted({e for n, nbrs in _adjacency(large, True).items() for e in small_star(n, nbrs)})
+
+
+def components(edges: Iterable[tuple[int, int]], max_rounds: int = 64) -> dict:
+    """Each node's component label (its smallest node), by star rounds to their fixed point. Kiveris et al. prove
+    O(log^2 n) rounds; `max_rounds` bounds a bug, not the data."""
+    edges = sorted({(max(u, v), min(u, v)) for u, v in edges if u != v})
+    for _ in range(max_rounds):
+        after = star_round(edges)
+        if after == edges:
+            break
+        edges = after
+    else:
+        raise RuntimeError(f"connected components did not converge in {max_rounds} rounds")
+    labels = {}
+    for u, m in edges:
+        labels[u] = m
+        labels[m] = m
+    return labels
+
+
+def union_find(edges: Iterable[tuple[int, int]]) -> dict:
+    """Each node's component label (its smallest node), by a plain union-find: the reference the rounds are held
+    against."""
+    parent: dict = {}
+
+    def find(x):
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for u, v in edges:
+        ru, rv = find(u), find(v)
+        if ru != rv:
+            parent[max(ru, rv)] = min(ru, rv)
+    return {x: find(x) for x in list(parent)}
+
+
+def survivor(identities: Sequence[tuple[str, int]]) -> Optional[tuple[str, int]]:
+    """Which record of a group of duplicates is kept: the smallest identity (the file's path relative to the
+    input, then the 1-based line), so that neither listing order, runner nor how work was split decides."""
+    return min(identities) if identities else None
