@@ -173,7 +173,7 @@ def _job_calibration(inputs: dict, trials: int, sample: str, work: Path) -> list
         predicted = re.search(r"wall time here\s+([0-9.]+) (s|min|h)", text)
         seconds = float(predicted.group(1)) * {"s": 1, "min": 60, "h": 3600}[predicted.group(2)]
         results.append((job, {n: (h, trials) for n, h in hits.items()}, seconds, job_seconds))
-    results.append(_split_seed_calibration(jobs["split"], work, trials, sample))
+    results.append(_split_seed_calibration(jobs["split"], work, trials, sample, jobs=trials))
     results.append(_mixture_seed_calibration(jobs["mixture"], work, trials, sample))
     return results
 
@@ -231,12 +231,13 @@ def _mixture_seed_calibration(argv: list[str], work: Path, trials: int, sample: 
     return "mixture (mixture_seed = trial)", {k: (h, trials) for k, h in hits.items()}, None, None
 
 
-def _split_seed_calibration(argv: list[str], work: Path, trials: int, sample: str) -> tuple:
+def _split_seed_calibration(argv: list[str], work: Path, trials: int, sample: str, jobs: int = 0) -> tuple:
     """A split output's share is the job's own hash draw: for one split_seed the truth is one realization of it,
     which every sample of that job shares (so the coverage over samples of one job says how far that realization
     fell, not how often the intervals hold). Here each trial is a job of its own, split_seed = the trial: its
     outputs' documents and tokens counted exactly (each document routed by the job's draw, its tokens as the
-    job counts them), its estimate at sample seed = the trial."""
+    job counts them), its estimate at sample seed = the trial; and the outputs' rows and loss-valid tokens, which
+    only packing tells, from the job itself run at that seed (the first `jobs` trials)."""
     import dataclasses
 
     from pipelines.config import load_config
@@ -262,10 +263,17 @@ def _split_seed_calibration(argv: list[str], work: Path, trials: int, sample: st
         config, _ = load_config([*argv, "--output_dir", str(work / "never"), "--split_seed", str(seed)])
         got = {}
         for o in estimate(config, sample, seed).outputs:
-            got.update({f"{o.path} documents": o.documents, f"{o.path} tokens": o.tokens})
+            got.update({f"{o.path} documents": o.documents, f"{o.path} tokens": o.tokens, f"{o.path} rows": o.rows,
+                        f"{o.path} loss-valid tokens": o.loss_valid_tokens})
+        if seed < jobs:
+            ran, _ = _job_truth([*argv, "--split_seed", str(seed)], work / "split_seed_out")
+            truth[seed].update({k: v for k, v in ran.items() if k.endswith((" rows", " loss-valid tokens"))
+                                and k in got})
         for name, value in truth[seed].items():
             hits[name] = hits.get(name, 0) + (got[name].low <= value <= got[name].high)
-    return "split (split_seed = trial)", {n: (h, trials) for n, h in hits.items()}, None, None
+    counted = {n: (h, min(trials, jobs) if n.endswith((" rows", " loss-valid tokens")) else trials)
+               for n, h in hits.items()}
+    return "split (split_seed = trial)", counted, None, None
 
 
 def main() -> int:

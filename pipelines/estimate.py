@@ -37,8 +37,8 @@ import numpy as np
 from pipelines.config import DEFAULT_SAMPLE, Config, ConfigError, load_config, split_estimate_args
 from pipelines.process import HeadStart
 from transforms.core.estimate import (Interval, MixturePrediction, Stratum, attribute, by_bytes, by_poisson, combine,
-                                      effective_count, mean_spread, predict_mixture, scaled, share_ratio,
-                                      split_share)
+                                      effective_count, mean_spread, predict_mixture, scaled, scaled_seconds,
+                                      share_ratio, split_share)
 from transforms.core.mixture import targets
 from transforms.core.modes import PAIR
 from transforms.core.normalize import normalized_document
@@ -307,11 +307,12 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
         bytes_on_disk = _bytes_by_row(rows, [n for sizes in chunks.values() for n in sizes],
                                       effective_count(weights), overhead)
     # This machine: the start-up, plus the sample job's stage seconds scaled to the whole (on the bench corpora a
-    # job's data phase lasts about as long as its stages' seconds add up to).
+    # job's data phase lasts about as long as its stages' seconds add up to). What any job pays in its stages (the
+    # job of one record's: the encoders' and writers' first use) is paid once, not scaled with the data: scaled,
+    # a second of it at a 1% sample was a hundred seconds of prediction.
     share = sample_tokens / tokens.value if tokens.value else 1.0
-    fixed_stages = sum(fixed_params.get("run", {}).get("stage_seconds", {}).values())
-    seconds = startup + fixed_stages + sum(job_params.get("run", {}).get("stage_seconds", {}).values()) / max(share,
-                                                                                                           1e-12)
+    seconds = startup + scaled_seconds(sum(fixed_params.get("run", {}).get("stage_seconds", {}).values()),
+                                       sum(job_params.get("run", {}).get("stage_seconds", {}).values()), share)
     # The job's CPU: its fixed price once, and the sample job's beyond that price per token (the estimate's own
     # tokenizing of the draws is not the job's work: the sample job tokenizes its share again).
     per_token_cpu = max(job_cpu - fixed_cpu, 0.0) / sample_tokens if sample_tokens else 0.0

@@ -41,7 +41,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 
 __all__ = ["Interval", "Stratum", "student_t", "by_bytes", "by_coin", "by_poisson", "share_ratio", "combine",
-           "scaled", "split_share", "attribute", "effective_count", "mean_spread", "SourcePrediction",
+           "scaled", "scaled_seconds", "split_share", "attribute", "effective_count", "mean_spread", "SourcePrediction",
            "MixturePrediction", "predict_mixture", "partial_counts"]
 
 _Z = NormalDist().inv_cdf(0.975)
@@ -207,6 +207,12 @@ def attribute(doc_tokens: Sequence[int], starts: Sequence[int], lengths: Sequenc
     edges = np.concatenate([[0], np.cumsum(t)]).astype(np.float64)
     cumulative = np.interp(edges, xs, cs)
     return np.diff(cumulative)
+
+
+def scaled_seconds(fixed: float, sample: float, share: float) -> float:
+    """A job's stage seconds from its sample job's (`sample`, on `share` of the data): what any job pays (`fixed`:
+    the job of one record's seconds, the encoders' and writers' first use) once, the rest scaled to the whole."""
+    return fixed + max(sample - fixed, 0.0) / max(share, 1e-12)
 
 
 def effective_count(weights: Sequence[float]) -> float:
