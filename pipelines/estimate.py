@@ -194,7 +194,7 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     fraction = parse_sample(sample, sum(sizes))
     sources = plan.mixture_sources or (0,) * len(plan.files)
     n_sources = len(plan.mixture.sources) if plan.mixture else 1
-    strata: dict = {name: [[] for _ in range(n_sources)] for name in ("documents", "tokens", "kept")}
+    strata: dict = {name: [[] for _ in range(n_sources)] for name in ("documents", "tokens", "kept", "squares")}
     n_outputs = len(plan.splits.outputs) if plan.splits is not None else 1
     n_subsets = len(plan.splits.subsets) if plan.splits is not None else 1
     # Per subset (a split job's outputs share out their subset's documents): its files' strata.
@@ -229,6 +229,7 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
             strata["documents"][source].append(documents)
             strata["tokens"][source].append(tokens)
             strata["kept"][source].append(kept)
+            strata["squares"][source].append(drawn.squares)
             sample_tokens += in_job
             sample_by_source[source] += in_job
         documents = combine(s for per in strata["documents"] for s in per)
@@ -285,10 +286,13 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     outputs = ()
     if plan.splits is not None and mixed is None:
         outputs = _predict_outputs(plan, by_subset, sample_by_output, job_params, _groups(plan, sizes, None))
-        if not plan.traits.one_row_per_record:  # the outputs' rows, each at its own max_seq_length
-            rows = Interval(sum(o.rows.value for o in outputs), sum(o.rows.half_width for o in outputs))
+    elif plan.splits is not None and all(o.subset is None for o in plan.splits.outputs):
+        outputs = _mixture_outputs(plan, mixed, documents, [combine(per).value for per in strata["squares"]],
+                                   job_params, _groups(plan, sizes, mixed))
     elif plan.splits is not None:
-        notes.append("a mixture with splits: the outputs are not predicted one by one yet (the totals are)")
+        notes.append("a mixture with subsets: the outputs are not predicted one by one yet (the totals are)")
+    if outputs and not plan.traits.one_row_per_record:  # the outputs' rows, each at its own max_seq_length
+        rows = Interval(sum(o.rows.value for o in outputs), sum(o.rows.half_width for o in outputs))
     files_per = config.files_per_record if config.num_output_files is None else None
     file_range = tuple(config.num_output_files if files_per is None else math.ceil(x / files_per)
                        for x in (rows.low, rows.value, rows.high))
@@ -709,6 +713,55 @@ def _predict_outputs(plan, by_subset: dict, sample_tokens: list, job_params: dic
             rows = scaled(tokens, per_token(sequences))
         out.append(OutputPrediction(spec.path, spec.max_seq_length, documents, tokens,
                                     scaled(tokens, per_token(loss)), rows))
+    return tuple(out)
+
+
+def _mixture_outputs(plan, mixed: MixturePrediction, documents: Interval, squares: list, job_params: dict,
+                     groups: int) -> tuple:
+    """Each output of a split job over a mixture. The split routes every document read before the mixture draws
+    (a document's copies go where it goes), each to an output with probability its fraction, blind to its size
+    and to the mixture's hash: an output holds that fraction of the documents read and of the mixed tokens and
+    kept records. The draw's spread counts a document taken c times as c of its tokens at once: per source, the
+    mean of c^2 (whole copies w, one more for a share r of its documents: w^2 + r(2w + 1)) times its documents'
+    sum of squared tokens (`squares`, per source). Rows and loss-valid tokens per token taken: the sample job's
+    outputs', pooled over the outputs of one max_seq_length (the draw is blind to content), over the tokens
+    those outputs take in expectation (their fractions of the sample job's; data_params.json counts what a split
+    output takes of a mixture only for the job as a whole)."""
+    measured = {o["path"]: o for o in job_params.get("outputs") or []}
+    taken = job_params["mixture"]["tokens_taken"]
+    pooled: dict = {}
+    for spec in plan.splits.outputs:
+        got = measured.get(spec.path, {})
+        acc = pooled.setdefault(spec.max_seq_length, [0, 0, 0])
+        for i, value in enumerate((got.get("loss_valid_tokens", 0), got.get("sequences", 0), spec.fraction * taken)):
+            acc[i] += value
+    c2 = []  # per source, the mean squared number of times a document is taken
+    for p in mixed.sources:
+        times = p.target.value / p.available.value if p.available.value else 0.0
+        whole = math.floor(times)
+        c2.append(whole**2 + (times - whole) * (2 * whole + 1))
+    token_squares = sum(c * q for c, q in zip(c2, squares))
+    kept_squares = sum(c * p.documents.value for c, p in zip(c2, mixed.sources)) * (
+        mixed.kept.value / mixed.documents.value if mixed.documents.value else 0.0)
+    out = []
+    for spec in plan.splits.outputs:
+        tokens = split_share(mixed.tokens, spec.fraction, token_squares)
+        kept = split_share(mixed.kept, spec.fraction, kept_squares)
+        loss, sequences, have = pooled[spec.max_seq_length]
+
+        def per_token(x: float) -> float:
+            return x / have if have else 0.0
+
+        if plan.traits.one_row_per_record:
+            rows = kept
+        elif plan.traits.packed_windows:  # as for one output: real positions over msl, a partial row a group
+            full = scaled(tokens, per_token(loss) / spec.max_seq_length)
+            rows = Interval(full.value + groups / 2, full.half_width + groups / 2)
+        else:
+            rows = scaled(tokens, per_token(sequences))
+        out.append(OutputPrediction(spec.path, spec.max_seq_length, split_share(documents, spec.fraction,
+                                                                                documents.value),
+                                    tokens, scaled(tokens, per_token(loss)), rows))
     return tuple(out)
 
 
