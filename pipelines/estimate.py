@@ -699,21 +699,27 @@ def _predict_outputs(plan, by_subset: dict, sample_tokens: list, job_params: dic
         documents = split_share(documents, spec.fraction, documents.value)
         kept = combine(by_subset["kept"][subset])
         kept = split_share(kept, spec.fraction, kept.value)
-        loss, sequences, have = pooled[spec.max_seq_length]
-
-        def per_token(x: float) -> float:
-            return x / have if have else 0.0
-
-        if plan.traits.one_row_per_record:
-            rows = kept
-        elif plan.traits.packed_windows:  # as for one output: real positions over msl, a partial row a group
-            full = scaled(tokens, per_token(loss) / spec.max_seq_length)
-            rows = Interval(full.value + groups / 2, full.half_width + groups / 2)
-        else:
-            rows = scaled(tokens, per_token(sequences))
-        out.append(OutputPrediction(spec.path, spec.max_seq_length, documents, tokens,
-                                    scaled(tokens, per_token(loss)), rows))
+        out.append(_output(plan, spec, documents, tokens, kept, pooled[spec.max_seq_length], groups))
     return tuple(out)
+
+
+def _output(plan, spec, documents: Interval, tokens: Interval, kept: Interval, pooled: list,
+            groups: int) -> "OutputPrediction":
+    """One output's prediction from its documents, tokens and kept records, with the sample job's (loss-valid
+    tokens, rows, tokens) at its max_seq_length (`pooled`)."""
+    loss, sequences, have = pooled
+
+    def per_token(x: float) -> float:
+        return x / have if have else 0.0
+
+    if plan.traits.one_row_per_record:
+        rows = kept
+    elif plan.traits.packed_windows:  # as for one output: real positions over msl, a partial row a group
+        full = scaled(tokens, per_token(loss) / spec.max_seq_length)
+        rows = Interval(full.value + groups / 2, full.half_width + groups / 2)
+    else:
+        rows = scaled(tokens, per_token(sequences))
+    return OutputPrediction(spec.path, spec.max_seq_length, documents, tokens, scaled(tokens, per_token(loss)), rows)
 
 
 def _mixture_outputs(plan, mixed: MixturePrediction, documents: Interval, squares: list, job_params: dict,
@@ -745,23 +751,9 @@ def _mixture_outputs(plan, mixed: MixturePrediction, documents: Interval, square
         mixed.kept.value / mixed.documents.value if mixed.documents.value else 0.0)
     out = []
     for spec in plan.splits.outputs:
-        tokens = split_share(mixed.tokens, spec.fraction, token_squares)
-        kept = split_share(mixed.kept, spec.fraction, kept_squares)
-        loss, sequences, have = pooled[spec.max_seq_length]
-
-        def per_token(x: float) -> float:
-            return x / have if have else 0.0
-
-        if plan.traits.one_row_per_record:
-            rows = kept
-        elif plan.traits.packed_windows:  # as for one output: real positions over msl, a partial row a group
-            full = scaled(tokens, per_token(loss) / spec.max_seq_length)
-            rows = Interval(full.value + groups / 2, full.half_width + groups / 2)
-        else:
-            rows = scaled(tokens, per_token(sequences))
-        out.append(OutputPrediction(spec.path, spec.max_seq_length, split_share(documents, spec.fraction,
-                                                                                documents.value),
-                                    tokens, scaled(tokens, per_token(loss)), rows))
+        out.append(_output(plan, spec, split_share(documents, spec.fraction, documents.value),
+                           split_share(mixed.tokens, spec.fraction, token_squares),
+                           split_share(mixed.kept, spec.fraction, kept_squares), pooled[spec.max_seq_length], groups))
     return tuple(out)
 
 
