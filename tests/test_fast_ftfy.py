@@ -413,10 +413,12 @@ def test_ftfy_runs_only_on_the_segments_it_could_change(monkeypatch):
 
     monkeypatch.setattr(ftfy, "fix_and_explain", spy)
     # Nothing to fix; what one pass over the whole text fixes (curly quotes, an entity, at the very start too,
-    # a decomposed accent): no call.
+    # a decomposed accent; entities on every line before the one with "<", which the pass unescapes up to
+    # that line's start, not just up to the first newline): no call.
     for text, want in (("plain line\nanother line\n", "plain line\nanother line\n"),
                        ("\u2018q\u2019 one\ntwo\n", "'q' one\ntwo\n"), ("AT&amp;T\nplain\n", "AT&T\nplain\n"),
-                       ("&amp; x\n", "& x\n"), ("cafe\u0301\nplain\n", "caf\u00e9\nplain\n")):
+                       ("&amp; x\n", "& x\n"), ("cafe\u0301\nplain\n", "caf\u00e9\nplain\n"),
+                       ("a &amp;\nb &amp;\n<p>\n", "a &\nb &\n<p>\n")):
         assert fix_text(text) == want and calls == [], text
     # A text of exactly max_decode_length characters is one segment: the one pass does it too.
     length = T.max_decode_length
@@ -461,3 +463,101 @@ def test_an_unproven_ftfy_normalizes_as_asked(monkeypatch):
     finally:
         monkeypatch.undo()
         fast_ftfy._tables.cache_clear()
+
+
+def test_the_prefilter_checks_behind_a_character_only_what_comes_before_it():
+    # "àb" starts at its rarest character, à: nothing before it to check, so no lookbehind. "xé" starts at é,
+    # with the x before it checked behind it.
+    assert fast_ftfy._prefilter(re.compile("\u00e0b|x\u00e9")) == (
+        "\\U000000e0(?:\\U00000062)|\\U000000e9(?:(?<=\\U00000078\\U000000e9))")
+
+
+def test_categories_in_a_class_are_written_back_as_themselves():
+    from re import _parser
+
+    assert fast_ftfy._unparse(_parser.parse("[\\w][\\s][\\d]")) == "[\\w][\\s][\\d]"
+
+
+def test_a_translation_is_checked_once_on_every_key_of_its_table():
+    """When the tables are built: the fixer itself, on each key between a letter and a newline, and on nothing
+    else (a translation maps each character on its own; what the fixer does elsewhere the identity test checks)."""
+    table = {ord("b"): "c", ord("d"): None}
+    seen = []
+
+    def fixer(text):
+        seen.append(text)
+        return text.translate(table)
+
+    assert fast_ftfy._translating(table, fixer)("abcd") == "acc"
+    assert seen == ["ab\nad\n"]
+
+
+def _windows_for(pattern: str):
+    """_bad's tables for a small pattern, made as _Tables makes them for BADNESS_RE: its window arithmetic in sight."""
+    import types
+
+    compiled = re.compile(pattern)
+    return types.SimpleNamespace(bad_re=re.compile(pattern, re.MULTILINE),
+                                 bad_prefilter=re.compile(fast_ftfy._prefilter(compiled)),
+                                 bad_width=fast_ftfy._max_width(compiled))
+
+
+@pytest.mark.parametrize("pattern, text, hits", [
+    # A match may start width - 1 characters before its hit (é, the "a" before it checked behind it): at the
+    # text's very start (the window [0, 3)), and after it ([1, 4)).
+    ("a\u00e9", "a\u00e9", [(1, 2)]),
+    ("a\u00e9", "xa\u00e9", [(2, 3)]),
+    # A match may end width - 1 characters after its hit's end: "é123" starts in the hit of "^é" (`^` dropped,
+    # so it ends just after é), which took the é where "é123"'s own hit would have been. Width 4: [0, 5).
+    ("^\u00e9|\u00e9123", "x\u00e9123", [(1, 2)]),
+    # The smallest window, [0, 1): one character at the text's start, alone and as the first of two windows
+    # (the second, [3, 4), holds no match: that é is not at a line's start).
+    ("\u00e9", "\u00e9", [(0, 1)]),
+    ("^\u00e9", "\u00e9 x\u00e9", [(0, 1), (3, 4)]),
+])
+def test_the_mojibake_windows_reach_as_far_as_a_match_can(pattern, text, hits):
+    t = _windows_for(pattern)
+    assert [m.span() for m in t.bad_prefilter.finditer(text)] == hits
+    assert t.bad_re.search(text) is not None
+    assert fast_ftfy._bad(t, text)
+
+
+def test_ftfy_gets_the_config_its_own_fix_text_gives_each_segment(monkeypatch):
+    """Where ftfy is called, it is called as ftfy.fix_text calls it: without explanations (fix_text's own choice)
+    and, from the segment with the first "<" on, with unescaping False (as fix_text sets it)."""
+    calls = []
+    fix_and_explain = ftfy.fix_and_explain
+
+    def spy(text, config=None):
+        calls.append((text, config))
+        return fix_and_explain(text, config)
+
+    monkeypatch.setattr(ftfy, "fix_and_explain", spy)
+    text = "a &amp; b\nplain\ncaf\u00c3\u00a9\n<p> &amp;\ncaf\u00c3\u00a9\n"
+    for normalization in ("NFC", "NFKC", None):
+        calls.clear()
+        assert ftfy.fix_text(text, normalization=normalization) == "a & b\nplain\ncaf\u00e9\n<p> &amp;\ncaf\u00e9\n"
+        ftfys = calls[:]
+        assert [config.unescape_html for _, config in ftfys] == ["auto", "auto", "auto", False, False]
+        calls.clear()
+        assert fix_text(text, normalization) == "a & b\nplain\ncaf\u00e9\n<p> &amp;\ncaf\u00e9\n"
+        # Not on the clean "plain" line, nor on "<p> &amp;" (kept escaped): on the others, with ftfy's config.
+        assert calls == [ftfys[0], ftfys[2], ftfys[4]]
+
+
+def test_after_its_one_pass_fix_text_finds_no_trigger_left():
+    """Why fix_text's check for a trigger left after its one pass never finds one under a proven ftfy (its mutants
+    are listed as equivalent in scripts/mutation_equivalent.txt): the steps leave only the C1 controls that
+    fix_c1_controls keeps, which BADNESS_RE matches, so a text holding one went to ftfy before the pass; the only
+    characters they make out of several are astral (surrogate pairs joined), and no trigger is astral; and
+    normalizing makes no trigger: no other character decomposes to one, and none is composed."""
+    triggers = set(T.trigger.findall("".join(map(chr, ALL_CODE_POINTS))))
+    text = "".join(f"a{c}b\n" for c in sorted(triggers))
+    for _, step in T.steps:
+        text = step(text)
+    left = set(T.trigger.findall(text))
+    assert left == set("\x81\x8d\x8f\x90\x9d") and all(T.bad_re.search(c) for c in left)
+    assert max(map(ord, triggers)) < 0x10000
+    assert all(unicodedata.normalize("NFD", c) == c for c in triggers)
+    others = (chr(cp) for cp in ALL_CODE_POINTS if chr(cp) not in triggers)
+    assert not [c for c in others if triggers & set(unicodedata.normalize("NFD", c) + unicodedata.normalize("NFKD", c))]
