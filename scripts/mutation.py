@@ -79,9 +79,11 @@ MODULES = {
                       ["tests/test_machine_cache.py"]),
     "mixture": ("transforms/core/mixture.py", ["tests/test_mixture.py"]),
     "mixture_sampler": ("transforms/core/mixture_sampler.py", ["tests/test_map_mixture.py"]),
-    "estimate": ("transforms/core/estimate.py", ["tests/test_estimate.py"]),
+    # scaled_seconds is spoken for by the wall time's own tests.
+    "estimate": ("transforms/core/estimate.py", ["tests/test_estimate.py", "tests/test_estimate_wall_time.py"]),
     "sample": ("transforms/io/sample.py", ["tests/test_estimate.py"]),
     "fast_ftfy": ("transforms/core/fast_ftfy.py", ["tests/test_fast_ftfy.py"]),
+    "dedup": ("transforms/core/dedup.py", ["tests/test_dedup_core.py"]),
     "hooks210": ("transforms/core/hooks210.py", ["tests/test_hooks210.py", "tests/test_hook_loading.py"]),
     "regions": ("transforms/core/regions.py", ["tests/test_regions.py", "tests/test_hooks210.py"]),
     # The 2.10 config translation lives with the command line, outside transforms/: a file path works the same.

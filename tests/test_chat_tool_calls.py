@@ -389,6 +389,49 @@ def test_a_conversation_opening_with_a_tool_call_trains_the_call_only():
     assert got.turns[0].chars == (at, at)
 
 
+# A tagged template on Qwen's tokenizer (none of its tags is a special token): reasoning, content and calls.
+_LOOP = "{% for m in messages %}"
+_TURN = ("<{{ m.role }}>{% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% endif %}"
+         "{{ m.content or '' }}{% for c in m.tool_calls or [] %}<call>{{ c.function.name }}</call>{% endfor %}</s>"
+         "{% endfor %}")
+_PROMPT = "{% if add_generation_prompt %}<assistant>{% endif %}"
+_THINK = {"role": "assistant", "content": "Hello.", "reasoning_content": "Greet."}
+_CALL = {"role": "assistant", "content": None, "tool_calls": [_call("f", {})]}
+_AFTER = [{"role": "user", "content": "Thanks"}, {"role": "assistant", "content": "Bye."}]
+
+
+@pytest.mark.parametrize("template, messages, output, span", [
+    # The generation prompt "<assistant>" opens the text: the output is what follows it, up to the turn's end.
+    (_LOOP + _TURN + _PROMPT, [_THINK, *_AFTER], (11, 42), (32, 38)),
+    (_LOOP + _TURN + _PROMPT, [_CALL, *_AFTER], (11, 29), (11, 11)),
+    # The content writes the generation prompt's text again: the output still begins after the first one.
+    (_LOOP + _TURN + _PROMPT, [{**_THINK, "content": "Say <assistant>."}, *_AFTER], (11, 52), (32, 48)),
+    # A template that refuses roles it does not know reads the probe (a user message) as any other.
+    (_LOOP + "{% if m.role not in ('system', 'user', 'assistant', 'tool') %}{{ raise_exception('role') }}{% endif %}"
+     + _TURN + _PROMPT, [_THINK, *_AFTER], (11, 42), (32, 38)),
+    # No generation prompt to find: the output runs from the start of the text, the turn's header included.
+    (_LOOP + _TURN, [_THINK, *_AFTER], (0, 42), (32, 38)),
+    (_LOOP + _TURN, [_CALL, *_AFTER], (0, 29), (0, 0)),
+    # A template that refuses the probe (a one-character message; contents under 4 characters here): likewise.
+    (_LOOP + "{% if (m.content or 'none')|length < 4 %}{{ raise_exception('short') }}{% endif %}" + _TURN + _PROMPT,
+     [_THINK, *_AFTER], (0, 42), (32, 38)),
+    (_LOOP + "{% if (m.content or 'none')|length < 4 %}{{ raise_exception('short') }}{% endif %}" + _TURN + _PROMPT,
+     [_CALL, *_AFTER], (0, 29), (0, 0)),
+    # Prompted, the template writes something else than the plain rendering and more (an end marker only when not
+    # prompted): no generation prompt can be read off it, whatever the turn holds.
+    (_LOOP + _TURN + "{% if add_generation_prompt %}<assistant>{% else %}<eos>{% endif %}",
+     [{**_THINK, "content": "Card XXXX-1234."}], (0, 56), (32, 47)),
+])
+def test_the_output_of_a_turn_opening_the_conversation_begins_after_the_generation_prompt(template, messages, output,
+                                                                                          span):
+    """With no message before it, an assistant turn's output begins where the template's generation prompt after
+    a user message ends, found in the turn as written; without one, at the start of the text."""
+    got = ChatEncoder(ChatRenderer(template, {}), backend(QWEN)).tokenize(Conversation(messages, None))
+    assert got.outputs == (output,) + (None,) * (len(messages) - 1)
+    assert got.spans[0] == span
+    assert got.text.startswith("<assistant>")
+
+
 def test_a_tool_call_messages_text_is_located_as_its_content():
     got = ChatEncoder(renderer(QWEN), backend(QWEN)).encode(Conversation(CONVERSATIONS["call_with_text"], None))
     assert [got.text[a:b] for a, b in (t.chars for t in got.turns)] == [

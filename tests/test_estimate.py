@@ -163,8 +163,15 @@ def test_a_value_of_the_first_draws_in_ratio_to_the_tokens_of_all_by_hand():
     # No token in the share: nothing to take the ratio to, the values' own total. No value: nothing.
     assert share_ratio(12, [4, 4], [0, 3], [5]) == by_bytes(12, [4], [5]) == Stratum(15.0, 225.0, 1)
     assert share_ratio(12, [4, 4], [1, 3], []) == Stratum(0.0, 0.0, math.inf)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="values for 2 of 1 draws"):
         share_ratio(12, [4], [1], [1, 2])
+    # Fewer tokens in the share than one a draw (z = 0, 0, 0, 3: a mean of 3/4) are still a total to take the
+    # ratio to: R = 3 / (3/4) = 4, the value 4 * mean(0, 0, 0, 3, 3) = 4.8; u = 3 - 4 (1/5) z = 3, 3, 3, 0.6
+    # (variance 1.44, over 4: 0.36, 3 df) and the one draw beyond, all the draws' tokens (variance 2.7) times
+    # 4^2 (1/5)^2: 1.728, 4 df.
+    few = share_ratio(12, [4, 4, 4, 4, 4], [0, 0, 0, 1, 1], [1, 1, 1, 1])
+    assert few.value == pytest.approx(4.8) and few.variance == pytest.approx(0.36 + 1.728)
+    assert few.df == pytest.approx(2.088**2 / (0.36**2 / 3 + 1.728**2 / 4))
 
 
 def test_the_ratio_to_all_draws_tokens_is_unbiased_and_its_intervals_hold():
@@ -246,6 +253,22 @@ def test_a_remainder_of_long_and_short_documents_is_a_draw():
     rng = np.random.default_rng(3)
     stuck = partial_counts(rng, [0.0, 100.0], [999.0, 1.0], np.full(50, 5.0))
     assert 50.0 in stuck.tolist() and set(stuck.tolist()) <= {0.0, 1.0, 50.0}
+
+
+def test_a_draw_falls_short_after_ten_times_the_mean_count_and_a_hundred():
+    """Documents of 1 token, one in 1,000 of 10,000 (mean 10.999): a remainder of 2,000 tokens is 181.8 mean
+    documents, so a draw takes at most ceil(1818.3) + 100 = 1,919 documents (fewer than the 2,001 smallest ones
+    that would hold it). One whose 1,919 are all short (0.999^1919: 15% of them) falls short and counts the mean,
+    181.8; every other one reaches a long document and counts a whole number. The draws are the generator's, a
+    column of 1,919 per remainder: seed 5 has draws whose 1,920th document is their first long one (still short)."""
+    n = 3000
+    got = partial_counts(np.random.default_rng(5), [1.0, 10_000.0], [999.0, 1.0], np.full(n, 2000.0))
+    weights = np.array([999.0, 1.0])
+    picks = np.random.default_rng(5).choice(2, size=(1920, n), p=weights / weights.sum())
+    short = ~picks[:1919].any(axis=0)
+    assert (short & (picks[1919] == 1)).sum() == 2 and 400 < short.sum() < 500
+    assert np.array_equal(got != np.round(got), short)
+    assert np.all(got[short] == 2000 / float(np.dot([1.0, 10_000.0], weights / weights.sum())))
 
 
 def test_predict_mixture_by_hand():
@@ -341,6 +364,7 @@ def test_a_mixture_of_sources_of_one_token_or_none():
     exact = lambda x: Interval(float(x), 0.0)  # noqa: E731
     p = predict_mixture(spec, [exact(10), exact(1)], [exact(2), exact(1)], [exact(2), exact(1)])
     assert [q.target.value for q in p.sources] == [1, 1] and p.tokens == Interval(2.0, 6.0)
+    assert p.limited_by == "b"  # no total_tokens: b, taken whole once (max_repeats 1), sets the total
     assert [q.taken for q in p.sources] == [Interval(1.0, 5.0), Interval(1.0, 1.0)]
     assert p.sources[1].taken_documents.value == 1.0 and p.kept.value == pytest.approx(1.2)  # 1 + 2 / 10
     # Whatever memory numpy hands out (blocks of the sizes these arrays take, freed full of junk first), and
@@ -399,6 +423,41 @@ def test_split_share_by_hand():
     assert with_total.half_width == pytest.approx(0.2 * 1959.964, rel=1e-6)
 
 
+def test_totals_past_int64_are_computed_in_floats():
+    """Whole numbers whose products pass 2**63: a file of 2**40 bytes, two draws of lines of 2**20 bytes holding
+    2**30 each (tokens, bytes): each draw stands for 2**40 * 2**30 / 2**20 = 2**50, where int64 arithmetic wraps
+    2**70 to 0. Kish's count of two weights of 2**32 is 2 (their squares, 2**64, wrap to 0 in int64)."""
+    assert by_bytes(2**40, [2**20, 2**20], [2**30, 2**30]) == Stratum(2.0**50, 0.0, 1)
+    assert share_ratio(2**40, [2**20, 2**20], [2**30, 2**30], [2**30, 2**30]) == Stratum(2.0**50, 0.0, math.inf)
+    assert effective_count([2**32, 2**32]) == 2.0
+    # Two rows of one input each costing 2**62 bytes: summed as floats, 2**63 (an int64 sum wraps negative).
+    assert attribute([1, 1], [0, 1], [2, 2], [2**62, 2**62]).tolist() == [2.0**62, 2.0**62]
+
+
+def test_poisson_ratio_by_hand_with_three_records():
+    """Records of 10, 30 and 5 of 150 characters holding 3, 5 and 2, kept with p = 0.5, 1 and 0.25: sum(x / p) = 19,
+    sum(size / p) = 70, so R = 19 / 70 and the total 150 R = 285 / 7. Residuals x - R size: 2/7, -22/7, 9/14, weighed
+    (1 - p) / p^2 = 2, 0, 12: 251 / 49; times (150 / 70)^2 = 225 / 49 and n / df = 3 / 2, 2 df. Without sizes, a
+    record kept with p = 1/4 counts 4 times, with variance (3/4) / (1/16) = 12 times its square."""
+    got = by_poisson([3, 5, 2], [0.5, 1.0, 0.25], [10, 30, 5], 150)
+    assert got.value == pytest.approx(285 / 7) and got.df == 2
+    assert got.variance == pytest.approx(225 / 49 * 251 / 49 * 3 / 2)
+    assert by_poisson([2], [0.25]) == Stratum(8.0, 48.0, 1)
+    # Sizes in any unit (tenths of a file of one): the ratio form all the same, not Horvitz-Thompson.
+    small = by_poisson([3, 5], [0.5, 1.0], [0.1, 0.3], 1.0)
+    assert small.value == pytest.approx(22.0) and small.variance == pytest.approx(10.24)
+
+
+def test_strata_of_small_or_no_variance_in_the_degrees_of_freedom():
+    """Two strata of variance 1/2 with 2 df each: variance 1, Welch-Satterthwaite 1 / (2 * 0.25 / 2) = 4 df (a
+    variance below 1 is a variance). A stratum known exactly adds nothing to the degrees of freedom, whatever
+    df it states."""
+    assert combine([Stratum(1.0, 0.5, 2), Stratum(2.0, 0.5, 2)]) == Interval(3.0, student_t(4))
+    assert combine([Stratum(5.0, 0.0, 0), Stratum(1.0, 4.0, 4)]) == Interval(6.0, student_t(4) * 2)
+    # Kish's count of weights below 1: (1/2 + 1/2)^2 / (1/4 + 1/4) = 2.
+    assert effective_count([0.5, 0.5]) == 2.0
+
+
 # ---------------------------------------------------------------- the sample (transforms.io.sample)
 
 
@@ -442,6 +501,44 @@ def test_the_offsets_spread_over_the_whole_file(tmp_path):
     firsts = np.bincount([int(draw_lines(str(path), 11_000, 11, seed, path.name).lines[0][5:9]) // 100
                           for seed in range(400)], minlength=10)
     assert firsts.min() >= 20 and firsts.max() <= 65, firsts.tolist()  # 40 expected, binomial sd 6
+
+
+def test_the_offsets_are_the_golden_ratio_sequence_on_a_petabyte():
+    """The k-th offset is int(((u + k * g) % 1) * size), u the seeded start and g = (sqrt(5) - 1) / 2, to the byte
+    on a file of 2**50 bytes too (where a float's last bits move an offset by bytes): a virtual file of lines of
+    2 bytes ("x\\n"), each draw's line starting at its offset rounded down to an even byte."""
+    import fsspec
+
+    # A real file of a petabyte cannot be written: this one's bytes are made as they are read, byte i "\n" when i
+    # is odd and "x" when even (draw_lines reads only around its offsets).
+    class Lines:
+        pos = 0
+
+        def seek(self, pos):
+            self.pos = pos
+
+        def read(self, n=-1):
+            lo, hi = self.pos, min(self.pos + n, 2**50)
+            self.pos = hi
+            return (b"x\n" * ((hi - lo) // 2 + 1))[lo % 2:lo % 2 + max(hi - lo, 0)]
+
+        def close(self):
+            pass
+
+    class Virtual(fsspec.AbstractFileSystem):
+        protocol = "goldenvirtual"
+
+        def _open(self, path, mode="rb", **kwargs):
+            return Lines()
+
+    fsspec.register_implementation("goldenvirtual", Virtual, clobber=True)
+    size, seed, identity = 2**50, 7, "big.jsonl"
+    draws = draw_lines("goldenvirtual://big.jsonl", size, 80, seed, identity)
+    key = int.from_bytes(hashlib.blake2b(f"{seed}:{identity}".encode(), digest_size=8).digest(), "big")
+    u, g = float(np.random.default_rng(key).random()), (math.sqrt(5) - 1) / 2
+    offsets = [int(((u + k * g) % 1.0) * size) for k in range(40)]
+    assert len(draws.lines) == 40 and set(draws.lines) == {b"x"} and set(draws.lengths) == {2}
+    assert draws.starts == [o - o % 2 for o in offsets]
 
 
 def test_the_document_count_of_a_file_smaller_than_the_window_is_exact(tmp_path):
@@ -626,6 +723,15 @@ def test_records_kept_by_a_coin_in_proportion_to_their_size(tmp_path):
     assert kept == [55, 98, 121, 0, 71, 194, 183, 200, 0, 0, 0]  # about 200 p (50, 100, 112, 0, 67, 192, 182, 200)
     assert [q for q, _ in coin_records(str(path), ("text",), f, 3, "coin.jsonl", max_record_bytes=3000)] == [
         0.25, 0.5, 0.5625, 0.0, f * 20 * 4 / 60, f * 200 * 5 / 260, f * 400 * 6 / 660, 1.0, 0.0, 0.0, 0.0]
+
+
+def test_a_coin_never_keeps_with_a_probability_above_one(tmp_path):
+    """p = min(1, fraction * s / m), the first record's (no mean yet, an empty one) min(1, fraction): at a fraction
+    of 1.5 records of the mean size are kept with probability 1, never 1.5 (1 / p would count a record as two
+    thirds of one)."""
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["", "a" * 10, "b" * 10]))
+    assert [q for q, _ in coin_records(str(path), ("text",), 1.5, 0, "c.jsonl")] == [1.0, 1.0, 1.0]
 
 
 def test_a_txt_file_is_one_record_unless_read_a_line_a_record(tmp_path):
