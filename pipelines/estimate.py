@@ -239,9 +239,12 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
                             time.perf_counter() - started + startup, startup, tuple(notes))
         mixed, budgets = None, None
         if plan.mixture:
-            mixed = predict_mixture(plan.mixture, *([combine(per) for per in strata[name]]
-                                                    for name in ("tokens", "documents", "kept")), seed=seed,
-                                    lengths=_document_lengths(shares, n_sources))
+            try:
+                mixed = predict_mixture(plan.mixture, *([combine(per) for per in strata[name]]
+                                                        for name in ("tokens", "documents", "kept")), seed=seed,
+                                        lengths=_document_lengths(shares, n_sources))
+            except ValueError as e:  # the plan cannot be made at the estimated availabilities: the job's error
+                raise UserError(f"{e} (at the tokens the sample estimates)") from None
             budgets = _sample_budgets(plan.mixture, mixed, sample_by_source)
             if mixed.shortfall > 0.025:
                 notes.append(f"the mixture cannot be made in {mixed.shortfall:.0%} of the availabilities the sample "

@@ -143,3 +143,15 @@ def _count_output_hits(e, real: dict, hits: dict) -> None:
                                       ("rows", o.rows, truth["sequences"]),
                                       ("loss-valid", o.loss_valid_tokens, truth["loss_valid_tokens"])):
             hits[o.path, name] = hits.get((o.path, name), 0) + (interval.low <= value <= interval.high)
+
+
+def test_a_mixture_that_cannot_be_made_is_the_jobs_error_not_a_traceback(three_sources, tmp_path, capsys):
+    """Code's 12 files cannot give 30% of 2M tokens within max_repeats 4: the estimate says what the job says."""
+    from pipelines.estimate import main
+
+    _, mixture = three_sources
+    assert main(_args(mixture, tmp_path / "never", "--total_tokens", "2M")) == 2
+    said = capsys.readouterr().err
+    assert said.startswith("create_hdf5_dataset estimate: error: mixture source code: its share is 600000 tokens "
+                           "of 2000000, but it has ")
+    assert said.rstrip().endswith("(at the tokens the sample estimates)") and "Traceback" not in said
