@@ -53,6 +53,12 @@ setup(
         # nor the worker image need it, and a job of local files never imports it. Tested with 5.2.
         "huggingface": ["datasets>=3.0"],
         "zlibng": ["zlib-ng>=0.5"],  # --compressor zlib-ng
+        # `make bench-dedup` only (benchmarks/dedup_bench.py): the peers --dedup is measured against, datatrove's
+        # MinHash pipeline and datasketch's MinHashLSH (as Cerebras' data_dedup uses it). Never the base install:
+        # the job uses neither, and they bring spaCy and scipy. datatrove needs two packages it leaves to its
+        # extras: spaCy (its English word splitter, spacy.blank("en"), no model download) and xxhash below 4 (its
+        # default hash passes str, which xxhash 4 refuses: "Strings must be encoded before hashing").
+        "bench": ["datatrove>=0.10", "datasketch>=1.6", "spacy>=3.8", "xxhash>=3,<4"],
         # `make docs`: Sphinx with MyST (the pages are Markdown, readable on GitHub too), Furo, and Mermaid
         # diagrams from their text. Sphinx over MkDocs: actively maintained, and -W turns every broken link,
         # missing anchor and page left out of the contents into an error; the settings reference is a directive

@@ -125,7 +125,8 @@ class Config(Settings):
         out: dict = {"setup": {"dataset_processor": self.traits.processor, "mode": self.mode},
                      "processing": {}, "dataset": {}}
         for s in SETTINGS:
-            if self.mode in s.modes:
+            # Deduplication's settings only where it runs: a job without it writes the file it always wrote.
+            if self.mode in s.modes and (self.dedup or not s.name.startswith("dedup")):
                 out[s.section][s.name] = getattr(self, s.name)
         if self.params_file:
             out["setup"]["params"] = self.params_file
@@ -441,6 +442,7 @@ def _validate(mode: str, v: dict, sources: dict) -> Optional[MixtureSpec]:
     _require(v["shuffle_strategy"] in ("auto", "disk", "runner"),
              f"shuffle_strategy: {v['shuffle_strategy']!r} is not one of auto, disk, runner")
     _require(v["processes"] is None or v["processes"] >= 0, "processes: must be >= 0")
+    _validate_dedup(v)
     for name in ("eos_id", "pad_id"):
         _require(v[name] is None or v[name] >= 0, f"{name}: must be >= 0")
     if v["keys"] and v.get("jsonl_key"):
@@ -486,6 +488,13 @@ def job_max_seq_lengths(v: dict) -> list[tuple[str, int]]:
     if not v.get("context_splits") and not all(c for _, _, c in v.get("data_splits") or ((None, 1, None),)):
         out.append(("max_seq_length", v["max_seq_length"]))
     return out
+
+
+def _validate_dedup(v: dict) -> None:
+    _require(v["dedup"] in (None, "exact", "near"), f"dedup: {v['dedup']!r} is not one of exact, near")
+    _require(0 < v["dedup_threshold"] <= 1, f"dedup_threshold: {v['dedup_threshold']!r} is not within (0, 1]")
+    for name in ("dedup_shingle", "dedup_bands", "dedup_rows"):
+        _require(v[name] >= 1, f"{name}: must be >= 1")
 
 
 def _validate_mixture(v: dict, sources: dict) -> Optional[MixtureSpec]:

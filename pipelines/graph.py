@@ -2,7 +2,7 @@
 
     input manifest -> ReadCorpus -> (SkipStoredGroups, on resume)
         -> NormalizeDocuments -> TokenizeDocuments      (modes with a chat template: EncodeConversations)
-        -> (SelectMixture) -> the mode's rows -> EncodeRows -> (StoreGroups) -> WriteHdf5Shards
+        -> (Deduplicate -> (SkipStoredGroups, on resume: here instead)) -> (SelectMixture) -> the mode's rows -> EncodeRows -> (StoreGroups) -> WriteHdf5Shards
         -> WriteDatasetParams (data_params.json)
     ReadCorpus's bad records -> WriteDeadLetters
 
@@ -23,9 +23,10 @@ from transforms.core.records import PerPart
 from transforms.io import fs
 from transforms.io.hooks import DOCUMENT, PREFERENCE, REGIONS, ReadHookCheck
 from transforms.io.intermediate import MIXTURE_PLAN
-from transforms.core.modes import TEXT
+from transforms.core.modes import CONVERSATION, TEXT
 from transforms.stages.chat import EncodeConversations
 from transforms.stages.dead_letters import WriteDeadLetters
+from transforms.stages.dedup import DeduplicateDocuments
 from transforms.stages.hdf5_sink import EncodeRows, WriteHdf5Shards
 from transforms.stages.intermediate import STORED, SkipStoredGroups, StoreGroups
 from transforms.stages.manifest import MergeStats, WriteDatasetParams, WriteSplitParams
@@ -50,21 +51,42 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
                                      check=record_check(plan))
     )
     docs, stored = read[DOCS], None
-    # A mixture resumes from the plan its interrupted run kept; without one, no group was selected (and so none
-    # stored) before it stopped.
-    if plan.storage_dir and plan.resume and (plan.mixture is None or plan.mixture_plan is not None):
-        copies = None
-        if plan.mixture is not None:
-            copies = (*(plan.mixture_plan.groups_of(k) for k in plan.mixture_sources), len(plan.files))
-        skipped = docs | "SkipStoredGroups" >> SkipStoredGroups(plan.storage_dir, plan.splits, copies)
-        docs, stored = skipped.todo, skipped[STORED]
+    if _resuming(plan) and plan.dedup is None:  # (deduplication needs every record: it skips after that stage)
+        docs, stored = _skip_stored(plan, docs)
     dead_letters = read[DEAD_LETTERS] | "DeadLetters" >> WriteDeadLetters(plan.output_dir)
     if plan.splits is None:
-        tokens, mixture = _tokens(plan, docs), None
+        tokens, dedup = _dedup(plan, _tokens(plan, docs), read[DEAD_LETTERS])
+        if _resuming(plan) and plan.dedup is not None:
+            tokens, stored = _skip_stored(plan, tokens)
+        mixture = None
         if plan.mixture is not None:
             tokens, mixture = tokens | "SelectMixture" >> _select_mixture(plan)
-        return _write(plan, _rows(plan, tokens), stored, dead_letters, mixture)
-    return _build_splits(plan, docs, stored, dead_letters)
+        return _write(plan, _rows(plan, tokens), stored, dead_letters, mixture, dedup)
+    return _build_splits(plan, docs, stored, dead_letters, read[DEAD_LETTERS])
+
+
+def _resuming(plan: JobPlan) -> bool:
+    # A mixture resumes from the plan its interrupted run kept; without one, no group was selected (and so none
+    # stored) before it stopped.
+    return bool(plan.storage_dir and plan.resume and (plan.mixture is None or plan.mixture_plan is not None))
+
+
+def _skip_stored(plan: JobPlan, batches):
+    """(the batches still to process, the stored groups' blocks) of a resumed job."""
+    copies = None
+    if plan.mixture is not None:
+        copies = (*(plan.mixture_plan.groups_of(k) for k in plan.mixture_sources), len(plan.files))
+    skipped = batches | "SkipStoredGroups" >> SkipStoredGroups(plan.storage_dir, plan.splits, copies)
+    return skipped.todo, skipped[STORED]
+
+
+def _dedup(plan: JobPlan, tokens, dead_letter_parts):
+    """Duplicates removed from the tokenized records, before a mixture's draw and the rows (none without
+    --dedup); returns (the records, the stage's summary or None)."""
+    if plan.dedup is None:
+        return tokens, None
+    return tokens | "Deduplicate" >> DeduplicateDocuments(plan.dedup, plan.output_dir, dead_letter_parts,
+                                                          first_only=plan.traits.record == CONVERSATION)
 
 
 def _select_mixture(plan: JobPlan) -> SelectMixture:
@@ -84,7 +106,7 @@ def record_check(plan: JobPlan):
     return RecordCheck(plan.chat) if plan.chat else None
 
 
-def _build_splits(plan: JobPlan, docs, stored, dead_letters):
+def _build_splits(plan: JobPlan, docs, stored, dead_letters, dead_letter_parts):
     """Each document routed to one output; the outputs written by one set of transforms, each stage taking
     its settings for the output at hand (PerPart); every output's data_params.json, then the summary.
 
@@ -101,6 +123,11 @@ def _build_splits(plan: JobPlan, docs, stored, dead_letters):
     parts, rest = routed.parts, routed[REST]
     tokens, mixture = (parts | "EncodeConversations" >> _encode_conversations(keyed) if plan.chat is not None
                        else parts | "TokenizeDocuments" >> _tokenize(plan)), None
+    # Across the outputs: a document's near copies are removed wherever the routing sent them, and the routing
+    # is a function of each document alone, so this is deduplicating before the split.
+    tokens, dedup = _dedup(plan, tokens, dead_letter_parts)
+    if _resuming(plan) and plan.dedup is not None:  # each output's share is skipped when it is stored
+        tokens, stored = _skip_stored(plan, tokens)
     if plan.mixture is not None:
         # After the routing: a document's copies are drawn with it, so they are all in its output.
         tokens, mixture = tokens | "SelectMixture" >> _select_mixture(plan)
@@ -122,7 +149,7 @@ def _build_splits(plan: JobPlan, docs, stored, dead_letters):
         sections=tuple(o.sections for o in outputs), extras=tuple(o.extra for o in outputs), eos_id=plan.eos_id,
         pad_id=plan.pad_id, vocab_size=plan.vocab_size, features=plan.features, stats=stats,
         rest_stats=rest_stats, dead_letters=dead_letters, summary_sections=plan.sections,
-        summary_extra={**plan.extra, "features": list(plan.features)}, mixture=mixture)
+        summary_extra={**plan.extra, "features": list(plan.features)}, mixture=mixture, dedup=dedup)
 
 
 def _tokenize(plan: JobPlan) -> TokenizeDocuments:
@@ -168,11 +195,11 @@ def _write_shards(plan: JobPlan, rows, stored, *, row_format, output_dir):
     return blocks, shards
 
 
-def _write(plan: JobPlan, rows, stored, dead_letters, mixture=None):
+def _write(plan: JobPlan, rows, stored, dead_letters, mixture=None, dedup=None):
     """Rows -> shards, dead letters counted, data_params.json (one dataset; `mixture`: its plan's summary)."""
     blocks, shards = _write_shards(plan, rows, stored, row_format=plan.row_format, output_dir=plan.output_dir)
     stats = blocks | "Stats" >> beam.Map(lambda b: b.stats) | "MergeStats" >> beam.CombineGlobally(MergeStats())
     return shards | "WriteDatasetParams" >> WriteDatasetParams(
         output_dir=plan.output_dir, sections=plan.sections, eos_id=plan.eos_id, pad_id=plan.pad_id,
         vocab_size=plan.vocab_size, features=plan.features, stats=stats, dead_letters=dead_letters,
-        extra=plan.extra, mixture=mixture)
+        extra=plan.extra, mixture=mixture, dedup=dedup)

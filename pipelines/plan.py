@@ -20,6 +20,7 @@ from transforms.core.chat.batch import ChatConfig
 from transforms.core.features import KEY_PADDING_FEATURES
 from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core.modes import CONVERSATION, PAIR, TEXT, Mode, mode
+from transforms.core.dedup import DedupConfig
 from transforms.core.mixture import MixturePlan, MixtureSpec
 from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
@@ -106,6 +107,7 @@ class JobPlan:
     mixture_sources: tuple = ()  # per input file, the index of its mixture source
     mixture_plan: Optional[MixturePlan] = None  # on resume: the plan the interrupted run kept
     txt_lines: bool = False  # a .txt file is a record per line (Cerebras 2.10's reading), else one document
+    dedup: Optional[DedupConfig] = None  # duplicates removed after tokenizing (transforms.core.dedup); None: kept
 
     @property
     def features(self) -> tuple:
@@ -301,6 +303,9 @@ def plan_job(config: Config, runner: RunnerPlan = RunnerPlan(), changes: Optiona
         fan_out_bytes=runner.fan_out_bytes,
         process_cpus=runner.process_cpus,
         mixture_plan=runner.mixture_plan,
+        dedup=DedupConfig(config.dedup, threshold=config.dedup_threshold, shingle=config.dedup_shingle,
+                          bands=config.dedup_bands, rows=config.dedup_rows, seed=config.dedup_seed)
+        if config.dedup else None,
     )
     return dataclasses.replace(plan, **changes) if changes else plan
 

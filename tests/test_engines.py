@@ -135,9 +135,9 @@ SMOKE = {
 
 
 @pytest.fixture(scope="session")
-def inputs(text_inputs, chat_inputs, prompt_inputs, dpo_inputs, code_inputs) -> dict:
+def inputs(text_inputs, chat_inputs, prompt_inputs, dpo_inputs, code_inputs, dup_inputs) -> dict:
     return {"text": text_inputs, "chat": chat_inputs, "prompts": prompt_inputs, "dpo": dpo_inputs,
-            "code": code_inputs}
+            "code": code_inputs, "dups": dup_inputs}
 
 
 @pytest.fixture(scope="session")
@@ -257,6 +257,24 @@ def code_inputs(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def dup_inputs(tmp_path_factory) -> Path:
+    """Two files of documents, the second holding exact copies and near copies (a word changed) of some of the
+    first's, in another order."""
+    texts = [json.loads(x)["text"] for x in
+             require_shared(SHARED / "corpora" / "en_small_pd.jsonl").read_text().split("\n")[:60] if x]
+    root = tmp_path_factory.mktemp("dups")
+    second = []
+    for i, text in enumerate(texts[:30]):
+        if i % 2:  # the word after the middle, replaced in place
+            j = text.index(" ", len(text) // 2) + 1
+            text = text[:j] + f"changed{i}" + text[text.index(" ", j):]
+        second.append(text)
+    (root / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    (root / "b.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in reversed(second)))
+    return root
+
+
 OLMO = SHARED / "tokenizers" / "olmo-dolma2" / "tokenizer.json"
 MATRIX = {
     "lm_in_order": lambda inp: ["LMData", "--input_dir", str(inp["text"]), *GPT2, "--max_seq_length", "256"],
@@ -277,6 +295,9 @@ MATRIX = {
     "dpo": lambda inp: ["DPO", "--input_dir", str(inp["dpo"]), "--tokenizer_type", "HuggingFaceTokenizer",
                         "--huggingface_tokenizer", str(require_shared(QWEN)), "--max_seq_length", "96",
                         "--prompt_key", "prompt"],
+    # Near duplicates across files and outputs (the dedup stage's every grouping and join).
+    "dedup_split": lambda inp: ["LMData", "--input_dir", str(inp["dups"]), *GPT2, "--max_seq_length", "256",
+                                "--dedup", "near", "--data_splits", "train=0.7,test=0.3", "--shuffle", "True"],
     # A file read in order, cut into groups of ~40 KB that are all handed to other workers (a file past
     # FAN_OUT_BYTES on a distributed runner; the sizes are made small here through the plan).
     "fan_out": lambda inp: ["LMData", "--input_dir", str(inp["code"]), *GPT2, "--max_seq_length", "256",

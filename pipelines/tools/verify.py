@@ -20,7 +20,9 @@ import numpy as np
 from pipelines.tools.common import UsageError, add_tokenizer_flags, basename, load_params, require_dir, \
     tokenizer_flags
 from transforms.core import verify as V
+from transforms.core.dedup import check_dedup
 from transforms.core.mixture import check_mixture
+from transforms.io.dedup_listing import listing_counts
 from transforms.core.modes import mode_of_processor
 from transforms.core.stats import check_accounting
 from transforms.io import fs
@@ -152,7 +154,8 @@ def verify_dataset(out_dir: str, *, vocab_size: Optional[int] = None, max_seq_le
 
     if params is not None:
         problems, stat_notes = V.check_stats(params, counts, spec, file_rows=file_rows,
-                                             detokenized=detok if want_detok else None, detokenized_note=detok_note)
+                                             detokenized=detok if want_detok else None, detokenized_note=detok_note,
+                                             dedup_listing=listing_counts(out_dir) if "dedup" in params else None)
         res.problems += [f"{PARAMS_FILE}: {p}" for p in problems]
         res.notes += stat_notes
         problems, cfg_notes = V.check_config(params, spec, file_msls=msls, vocab_flag=vocab_size,
@@ -214,6 +217,8 @@ def _verify_split_job(out_dir: str, summary: dict, **flags) -> VerifyResult:
     if inp and isinstance(summary.get("mixture"), dict):  # a mixture's plan is the job's, its section the summary's
         res.problems += [f"{PARAMS_FILE}: {p}" for p in check_mixture(summary["mixture"], inp,
                                                                       encoded=_templated(res.mode))]
+    if inp and isinstance(summary.get("dedup"), dict):  # deduplication is the job's, across its outputs
+        res.problems += [f"{PARAMS_FILE}: {p}" for p in check_dedup(summary["dedup"], inp, listing_counts(out_dir))]
     if inp and documents != inp["good"]:
         res.problems.append(f"{PARAMS_FILE}: the outputs hold {documents} documents, the job read {inp['good']} "
                             "good ones")

@@ -25,17 +25,30 @@ Near duplicates, in the stage's steps:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
-from typing import Iterable, Optional, Sequence
+import math
+from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from transforms.core.reasons import DUPLICATE_EXACT, DUPLICATE_NEAR
 from transforms.core.seeds import derive_seed, hash_key
 
 __all__ = ["DedupConfig", "exact_key", "shingle_hashes", "permutations", "signature", "band_keys", "similarity",
            "detection_probability", "large_star", "small_star", "star_round", "components", "union_find",
-           "survivor", "EMPTY"]
+           "survivor", "EMPTY", "EXACT", "NEAR", "DROP_REASONS", "ROUNDS", "node_of", "batch_key_of", "fingerprint",
+           "bucket_edges", "settled", "record_line", "listing_record", "size_bucket", "dedup_section", "check_dedup"]
+
+EXACT, NEAR = "exact", "near"
+# How a removed record is counted among the dropped (input.dropped_by_reason): one reason per kind.
+DROP_REASONS = {EXACT: DUPLICATE_EXACT, NEAR: DUPLICATE_NEAR}
+COUNTER_PREFIX = "dedup."  # Stats counters: dedup.documents.<kind>, dedup.tokens.<kind>, per source
+# Star rounds the stage runs. A path of 50,000 near duplicates in random order converges in 13 (14 counting the
+# round that changes nothing); duplicate groups from LSH buckets are stars already and converge in one or two.
+# A graph that has not converged after them fails the job, naming a node (`settled`): never a wrong answer.
+ROUNDS = 16
 
 MERSENNE = (1 << 61) - 1
 _MAX32 = (1 << 32) - 1
@@ -53,7 +66,7 @@ class DedupConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.kind not in ("exact", "near"):
+        if self.kind not in (EXACT, NEAR):
             raise ValueError(f"dedup must be exact or near, not {self.kind!r}")
         if not 0 < self.threshold <= 1:
             raise ValueError(f"dedup_threshold must lie in (0, 1], not {self.threshold}")
@@ -146,8 +159,6 @@ def detection_probability(jaccard: float, config: DedupConfig) -> float:
     """The probability that a pair of records at this shingle Jaccard is found a duplicate: a candidate in some
     band (1 - (1 - s^rows)^bands), times its estimated similarity reaching the threshold (a binomial tail over
     the signature's values)."""
-    import math
-
     s, k = jaccard, config.hashes
     candidate = 1 - (1 - s**config.rows) ** config.bands
     need = math.ceil(config.threshold * k - 1e-9)
@@ -236,3 +247,127 @@ def survivor(identities: Sequence[tuple[str, int]]) -> Optional[tuple[str, int]]
     """Which record of a group of duplicates is kept: the smallest identity (the file's path relative to the
     input, then the 1-based line), so that neither listing order, runner nor how work was split decides."""
     return min(identities) if identities else None
+
+
+# ------------------------------------------------------------------- the stage's records
+
+# A record's stable identity, a node of the duplicate graph: (path relative to the input, packing group, tar
+# member or "", Document.index, output part or -1). Tuples compare in file order (the group, then the record
+# within it), whatever unit read them; the part, a function of the content, comes last and never decides.
+Node = tuple
+
+
+def node_of(group, member: str, index: int) -> Node:
+    """The identity of a record of `group` (a GroupId)."""
+    return (group.relpath, group.slice_index, member, int(index), -1 if group.part is None else group.part)
+
+
+def batch_key_of(node: Node) -> tuple:
+    """The key of the batch a record is in: (relpath, packing group, part), as `GroupId` has them."""
+    return (node[0], node[1], node[4])
+
+
+def fingerprint(arrays: Sequence[np.ndarray], config: DedupConfig, perms) -> tuple[bytes, Optional[np.ndarray]]:
+    """A record's exact key and (near) its MinHash signature over the shingles of its ids, its keys' ids one after
+    the other. `perms`: `permutations(config.hashes, config.seed)`."""
+    key = exact_key(arrays, config.seed)
+    if config.kind != NEAR:
+        return key, None
+    ids = arrays[0] if len(arrays) == 1 else np.concatenate([np.asarray(a, dtype=np.int64) for a in arrays])
+    return key, signature(shingle_hashes(ids, config.shingle), *perms)
+
+
+def bucket_edges(nodes: Iterable[Node]) -> list[tuple[Node, Node]]:
+    """The candidates of one LSH bucket: each member with the bucket's smallest (a star: it connects the bucket
+    as all its pairs would, in linear edges)."""
+    nodes = sorted(set(nodes))
+    return [(n, nodes[0]) for n in nodes[1:]]
+
+
+def settled(down: Sequence, up: Sequence) -> bool:
+    """Whether a node is at the star rounds' fixed point, from its edges to smaller (`down`) and larger (`up`)
+    nodes: a root (no smaller neighbour), or a leaf with one smaller neighbour and no larger one."""
+    return not down or (len(set(down)) == 1 and not up)
+
+
+def record_line(relpath: str, index: int, base: int) -> int:
+    """A record's line as the dead letters name it: 1-based in a text file, the 0-based row of a .parquet file;
+    `base`: the lines before the unit that read it (see units.line_bases)."""
+    return base + index + (0 if relpath.endswith(".parquet") else 1)
+
+
+def unit_base(bases: dict, group: int) -> int:
+    """The lines before the unit holding packing group `group`, from `units.line_bases` of its file ({}: the file
+    was read as one unit, its indices count from its start)."""
+    if not bases:
+        return 0
+    firsts = sorted(bases)
+    return bases[firsts[bisect.bisect_right(firsts, group) - 1]]
+
+
+def listing_record(node: Node, line: int, kind: str, kept: Node, kept_line: int, similarity: float) -> dict:
+    """One line of OUT/dedup/: the removed record, why, and the record kept in its place."""
+    out = {"file": node[0], "line": line, "kind": kind,
+           "kept": {"file": kept[0], "line": kept_line, **({"member": kept[2]} if kept[2] else {})},
+           "similarity": round(similarity, 4)}
+    if node[2]:
+        out["member"] = node[2]
+    return out
+
+
+def size_bucket(size: int) -> str:
+    """The component-size histogram's bin of a group of `size` duplicates: 2, 3-4, 5-8, 9-16, ..."""
+    if size <= 2:
+        return "2"
+    hi = 1 << (size - 1).bit_length()
+    return f"{hi // 2 + 1}-{hi}"
+
+
+def dedup_section(summary: dict, stats) -> dict:
+    """data_params.json's `dedup`: the settings, records and tokens removed per kind (in total and per source,
+    from the batches' counters), the listing's count and the component sizes (`summary`, from the stage); raises
+    when the listing and the removed records disagree."""
+    kinds = (EXACT, NEAR)
+
+    def block(c) -> dict:
+        return {"documents_removed": {k: int(c.get(f"{COUNTER_PREFIX}documents.{k}", 0)) for k in kinds},
+                "tokens_removed": {k: int(c.get(f"{COUNTER_PREFIX}tokens.{k}", 0)) for k in kinds}}
+
+    out = {**summary["settings"], **block(stats.totals)}
+    removed = sum(out["documents_removed"].values())
+    if removed != summary["listed"]:
+        raise RuntimeError(f"dedup: {removed} records removed, {summary['listed']} listed")
+    out["listed"] = summary["listed"]
+    out["duplicate_groups"] = summary["groups"]
+    out["group_sizes"] = dict(sorted(summary["sizes"].items(), key=lambda kv: int(kv[0].split("-")[0])))
+    out["per_source"] = {src: block(c) for src, c in sorted(stats.sources.items())
+                         if any(k.startswith(COUNTER_PREFIX) for k in c)}
+    return out
+
+
+def check_dedup(section: Mapping, inp: Mapping, listing: Optional[Mapping[str, int]]) -> list[str]:
+    """`verify`'s problems with a `dedup` section: its removed records against the input's dropped ones (per
+    kind, in total and per source), its `listed` count, and the records OUT/dedup/ lists per kind (`listing`,
+    None when the directory is absent)."""
+    problems = []
+    removed = section.get("documents_removed", {})
+    dropped = inp.get("dropped_by_reason", {})
+    for kind, reason in DROP_REASONS.items():
+        if removed.get(kind, 0) != dropped.get(reason, 0):
+            problems.append(f"dedup.documents_removed.{kind} is {removed.get(kind, 0)}, input.dropped_by_reason."
+                            f"{reason} is {dropped.get(reason, 0)}")
+        by_source = sum(s.get("documents_removed", {}).get(kind, 0) for s in section.get("per_source", {}).values())
+        if by_source != removed.get(kind, 0):
+            problems.append(f"dedup.per_source removes {by_source} {kind} duplicates, the total is "
+                            f"{removed.get(kind, 0)}")
+    if section.get("listed") != sum(removed.values()):
+        problems.append(f"dedup.listed is {section.get('listed')}, {sum(removed.values())} records were removed")
+    if listing is None:
+        if sum(removed.values()):
+            problems.append("dedup: the removed records are not listed (no dedup/ directory)")
+    else:
+        for kind in DROP_REASONS:
+            if listing.get(kind, 0) != removed.get(kind, 0):
+                problems.append(f"dedup/ lists {listing.get(kind, 0)} {kind} duplicates, dedup.documents_removed."
+                                f"{kind} is {removed.get(kind, 0)}")
+    return problems

@@ -22,7 +22,7 @@ __all__ = ["Reason", "REASONS", "BAD", "DROPPED", "BOTH", "describe", "known",
            "JSON_DECODE", "BLANK_LINE", "MISSING_KEY", "NOT_A_STRING", "NULL_TEXT", "INVALID_UTF8",
            "TRUNCATED_STREAM", "UNREADABLE_FILE", "TOO_LONG", "TOO_DEEP", "SHORTER_THAN_MIN_SEQUENCE_LEN",
            "NO_TOKEN_TO_PREDICT", "REMAINDER_NOT_WRITTEN", "CUT_BY_SHORT_SEQ_PROB", "LONGER_THAN_MAX_SEQ_LENGTH",
-           "NOT_IN_MIXTURE"]
+           "NOT_IN_MIXTURE", "DUPLICATE_EXACT", "DUPLICATE_NEAR"]
 
 BAD, DROPPED, BOTH = "bad", "dropped", "bad or dropped"
 
@@ -53,6 +53,8 @@ CUT_BY_SHORT_SEQ_PROB = "cut_by_short_seq_prob"
 LONGER_THAN_MAX_SEQ_LENGTH = "longer_than_max_seq_length"
 # Selection.
 NOT_IN_MIXTURE = "not_in_mixture"
+DUPLICATE_EXACT = "duplicate_exact"
+DUPLICATE_NEAR = "duplicate_near"
 
 REASONS: tuple[Reason, ...] = (
     # Reading.
@@ -76,6 +78,9 @@ REASONS: tuple[Reason, ...] = (
     # Selecting.
     Reason(NOT_IN_MIXTURE, DROPPED, "a document a mixture's draw did not take (its source's budget is met "
            "without it)"),
+    Reason(DUPLICATE_EXACT, DROPPED, "the same token ids as a record kept (dedup); listed in OUT/dedup/ with it"),
+    Reason(DUPLICATE_NEAR, DROPPED, "a near duplicate of a record kept (dedup near: estimated Jaccard of their "
+           "shingles at least dedup_threshold); listed in OUT/dedup/ with it"),
     # Conversations and preference pairs (the chat template's rendering and its loss mask).
     Reason("no_messages", BOTH, "the conversation holds no message"),
     Reason("not_a_conversation", BOTH, "the conversation is not a list of messages"),

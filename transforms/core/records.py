@@ -262,6 +262,7 @@ class DeadLetterPart:
     records: list  # BadRecord
     relative: bool = False  # line numbers count from the unit's first line
     lines: Optional[int] = None
+    relpath: str = ""  # the source's path relative to the input (deduplication renumbers its records by it)
 
 
 @dataclasses.dataclass
@@ -276,6 +277,29 @@ class DocBatch:
     docs: list  # list[Document]
     stats: Stats = dataclasses.field(default_factory=Stats)
     progress_bytes: int = 0  # the group's share of its file's bytes on storage: the progress bar's unit of work
+
+
+@dataclasses.dataclass(frozen=True)
+class Origins:
+    """Where each document of a batch was read: its `Document.index` (the record's index in its file or tar
+    member; in the later units of a .jsonl file read as several, from the unit's first line) and its tar member
+    ("" for none). With the batch's group, a document's stable identity."""
+
+    index: np.ndarray  # int64 per document
+    members: Optional[tuple] = None  # str per document, when any has a member
+
+    @classmethod
+    def of(cls, docs) -> "Origins":
+        members = tuple(d.member or "" for d in docs)
+        return cls(np.fromiter((d.index for d in docs), dtype=np.int64, count=len(docs)),
+                   members if any(members) else None)
+
+    def member(self, i: int) -> str:
+        return self.members[i] if self.members is not None else ""
+
+    def take(self, keep: np.ndarray) -> "Origins":
+        members = self.members
+        return Origins(self.index[keep], tuple(members[i] for i in keep.tolist()) if members is not None else None)
 
 
 def document_token_counts(tokens) -> np.ndarray:
@@ -295,6 +319,7 @@ class TokenBatch:
     tokens: list  # list[tuple[np.ndarray, ...]]
     stats: Stats = dataclasses.field(default_factory=Stats)
     flat: Optional[np.ndarray] = None
+    origins: Optional[Origins] = None  # where each document was read (deduplication's identities)
 
     def token_counts(self) -> np.ndarray:
         return document_token_counts(self.tokens)
@@ -303,7 +328,8 @@ class TokenBatch:
         """The documents at `keep` (indices, in order) as a batch of `group` with `stats`."""
         whole = len(keep) == len(self.tokens)
         return TokenBatch(group, [self.tokens[i] for i in keep.tolist()], stats,
-                          flat=self.flat if whole and group == self.group else None)
+                          flat=self.flat if whole and group == self.group else None,
+                          origins=self.origins.take(keep) if self.origins is not None else None)
 
 
 @dataclasses.dataclass
@@ -324,6 +350,7 @@ class EncodedBatch:
     stats: Stats
     doc_stats: dict  # str -> int64 [n], "tokens" among them
     positions: int = 0  # the rows' positions the encoder told the progress bar (the row stage settles it)
+    origins: Optional[Origins] = None  # where each record was read (deduplication's identities)
 
     def token_counts(self) -> np.ndarray:
         return self.doc_stats["tokens"]
@@ -331,7 +358,8 @@ class EncodedBatch:
     def take(self, keep: np.ndarray, group: GroupId, stats: Stats) -> "EncodedBatch":
         return EncodedBatch(group, [self.tokens[i] for i in keep.tolist()], stats,
                             {k: v[keep] for k, v in self.doc_stats.items()},
-                            positions=self.positions if group == self.group else 0)
+                            positions=self.positions if group == self.group else 0,
+                            origins=self.origins.take(keep) if self.origins is not None else None)
 
 
 @dataclasses.dataclass

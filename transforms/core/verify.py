@@ -67,6 +67,7 @@ import numpy as np
 
 from transforms.core.features import (ATTENTION_MASK, ATTENTION_SPAN, DPO_FEATURES, INPUT_IDS, KEY_PADDING_FEATURES,
                                       KEY_PADDING_MASK, LABELS, LM_FEATURES, POSITION_IDS, VSL_FEATURES)
+from transforms.core.dedup import check_dedup
 from transforms.core.mixture import check_mixture
 from transforms.core.modes import CONVERSATION, RESPONSE, RUN, TEXT, TURNS, Mode, mode_of_processor
 from transforms.core.reasons import known as known_reason
@@ -889,12 +890,14 @@ def _mismatch(where: str, key: str, claimed: Any, recount: Any) -> str:
 
 def check_stats(params: Mapping, counts: Mapping[str, int], spec: DatasetSpec, *,
                 file_rows: Mapping[str, int], detokenized: Optional[Mapping[str, int]] = None,
-                detokenized_note: str = "") -> tuple[list[str], list[str]]:
+                detokenized_note: str = "", dedup_listing: Optional[Mapping[str, int]] = None
+                ) -> tuple[list[str], list[str]]:
     """(problems, notes): data_params.json's statistics against a recount of the files.
 
     `file_rows`: rows per .h5 file name, as found on disk. `detokenized`:
     detokenized_chars/bytes recounted with the dataset's tokenizer, or None
-    (then those two are skipped, with `detokenized_note` as the reason).
+    (then those two are skipped, with `detokenized_note` as the reason). `dedup_listing`: the records
+    OUT/dedup/ lists, per kind (None: no such directory).
     """
     problems: list[str] = []
     notes: list[str] = []
@@ -975,6 +978,8 @@ def check_stats(params: Mapping, counts: Mapping[str, int], spec: DatasetSpec, *
             if isinstance(params.get("mixture"), Mapping):  # a mixture's accounting against the input's
                 problems += check_mixture(params["mixture"], inp,
                                           encoded=spec.traits is not None and spec.traits.templated)
+            if isinstance(params.get("dedup"), Mapping):  # what deduplication removed, against the input and its list
+                problems += check_dedup(params["dedup"], inp, dedup_listing)
             # A mixture's repeats are used (or dropped) like documents, but are not documents of the input.
             repeats = inp.get("repeats", 0)
             for post_key, in_key, want in (("processed_files", "good", inp["good"]),

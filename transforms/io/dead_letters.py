@@ -28,7 +28,7 @@ from transforms.core.records import DeadLetterPart
 from transforms.core.units import line_bases
 from transforms.io import fs
 
-__all__ = ["DEAD_LETTER_DIR", "dead_letter_file_name", "write_part", "assemble"]
+__all__ = ["DEAD_LETTER_DIR", "dead_letter_file_name", "json_line", "write_part", "assemble"]
 
 DEAD_LETTER_DIR = "dead_letter"
 _PARTS_DIR = "dead_letter"  # inside OUT/.tmp
@@ -55,7 +55,8 @@ def _digest(source: str) -> str:
 _LINE_BREAKERS = str.maketrans({"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
-def _line(record) -> str:
+def json_line(record) -> str:
+    """One JSON record on one line, whatever line splitter reads it."""
     return json.dumps(record, ensure_ascii=False, sort_keys=True).translate(_LINE_BREAKERS) + "\n"
 
 
@@ -79,7 +80,7 @@ def write_part(part: DeadLetterPart, output_dir: str) -> _PartRef:
                        f"{part.first_group:09d}-{part.part:06d}.jsonl")
         if fs.is_local(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
-        fs.write_text_atomic(path, "".join(_line(r.to_json()) for r in part.records))
+        fs.write_text_atomic(path, "".join(json_line(r.to_json()) for r in part.records))
     return _PartRef(part.source, part.first_group, part.end_group, part.part, path, len(part.records),
                     part.relative, part.lines)
 
@@ -108,7 +109,7 @@ def assemble(item: tuple, output_dir: str) -> int:
                             record = json.loads(raw)
                             if record["line"] is not None:
                                 record["line"] += base
-                                raw = _line(record).encode("utf-8")
+                                raw = json_line(record).encode("utf-8")
                         out.write(raw)
                         count += 1
         fs.commit_local_file(tmp, final)

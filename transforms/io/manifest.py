@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Optional
 
 from transforms.core.features import LM_FEATURES, VSL_FEATURES
+from transforms.core.dedup import dedup_section
 from transforms.core.mixture import mixture_section
 from transforms.core.stats import (ENCODER_CHECK, H5_ROWS, ROLE_TOKENS, ROLE_TRAINED, ROWS_DROPPED, Stats,
                                    check_accounting, h5_stats_section, input_section, merge, post_process_section)
@@ -81,11 +82,13 @@ def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad
 
 
 def finalize(shards: list, stats: Stats, dead_letters: int, output_dir: str, sections: dict, ids: dict,
-             extra: dict, features: tuple, mixture: Optional[list] = None) -> dict:
+             extra: dict, features: tuple, mixture: Optional[list] = None, dedup: Optional[list] = None) -> dict:
     """Write an output's data_params.json (`build_params`), then remove its OUT/.tmp; the params written."""
     params = build_params(shards, stats, sections, extra=extra, dead_letters=dead_letters, features=features, **ids)
     if mixture:  # the plan's summary (a singleton list), with what the job took of each source
         params["mixture"] = mixture_section(mixture[0], stats)
+    if dedup:  # the stage's summary (a singleton list), with what the batches counted removed
+        params["dedup"] = dedup_section(dedup[0], stats)
     fs.makedirs(output_dir)  # an output that received no document has no directory yet
     fs.write_text_atomic(fs.join(output_dir, PARAMS_FILE), json.dumps(params, indent=4, sort_keys=True) + "\n")
     fs.remove_tree(fs.join(output_dir, fs.TMP_DIR))
@@ -144,7 +147,8 @@ def build_summary(outputs: tuple, params: list, stats: list, rest: Stats, sectio
 
 def finalize_split(shards: list, stats_by_part: list, rest: Stats, dead_letters: int, output_dir: str,
                    outputs: tuple, output_dirs: tuple, sections: tuple, extras: tuple, ids: dict, features: tuple,
-                   summary_sections: dict, summary_extra: dict, mixture: Optional[list] = None) -> dict:
+                   summary_sections: dict, summary_extra: dict, mixture: Optional[list] = None,
+                   dedup: Optional[list] = None) -> dict:
     """Write every output's data_params.json, then the job's OUT/data_params.json (`build_summary`); the summary."""
     stats = dict(stats_by_part)
     params, part_stats = [], []
@@ -156,6 +160,8 @@ def finalize_split(shards: list, stats_by_part: list, rest: Stats, dead_letters:
                             extra=summary_extra)
     if mixture:  # the plan is the job's: what each source gave, over every output (each has its own counters)
         summary["mixture"] = mixture_section(mixture[0], merge([rest, *part_stats]))
+    if dedup:  # the job's too: duplicates are found across the outputs
+        summary["dedup"] = dedup_section(dedup[0], merge([rest, *part_stats]))
     fs.write_text_atomic(fs.join(output_dir, PARAMS_FILE), json.dumps(summary, indent=4, sort_keys=True) + "\n")
     fs.remove_tree(fs.join(output_dir, fs.TMP_DIR))
     return summary

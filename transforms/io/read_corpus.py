@@ -100,7 +100,8 @@ class DeadLetterParts:
 
     def _part_of(self, records: list, lines: Optional[int]) -> DeadLetterPart:
         u = self._unit
-        part = DeadLetterPart(u.file.path, u.first_group, u.end_group, self._part, records, self._relative, lines)
+        part = DeadLetterPart(u.file.path, u.first_group, u.end_group, self._part, records, self._relative, lines,
+                              u.file.relpath)
         self._part += 1
         return part
 

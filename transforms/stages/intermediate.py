@@ -63,9 +63,10 @@ class _SkipFn(beam.DoFn):
         self._copies = copies  # a mixture's: per input file, (its groups' copy groups, the job's input files)
         self._skipped = beam.metrics.Metrics.counter("resume", "groups_skipped")
 
-    def process(self, batch: DocBatch):
+    def process(self, batch):
         # A split job stores a group as one share per output of its subset plus the rest: done when all are.
-        groups = [batch.group] if self._splits is None else \
+        # (A share already routed, as a deduplicating job's token batches are, is done when it is stored.)
+        groups = [batch.group] if self._splits is None or batch.group.part is not None else \
             [dataclasses.replace(batch.group, part=k) for k in self._splits.parts_of(batch.group.relpath)]
         if self._copies is not None:  # every copy group of every share (transforms.core.mixture.select_batch)
             n, n_files = self._copies[batch.group.file_index], self._copies[-1]
@@ -75,7 +76,8 @@ class _SkipFn(beam.DoFn):
         if any(f is None for f in found):
             yield batch
             return
-        progress.advance(batch.progress_bytes)  # done by an earlier attempt
+        # Done by an earlier attempt (a token batch's reading and tokenizing were done again, and counted).
+        progress.advance(getattr(batch, "progress_bytes", 0))
         self._skipped.inc()
         for i, (group, (ref, n_rows, stats)) in enumerate(zip(groups, found)):
             stats.totals["groups_resumed"] += int(i == len(groups) - 1)  # once per group, with the job's share
@@ -84,7 +86,8 @@ class _SkipFn(beam.DoFn):
 
 
 class SkipStoredGroups(beam.PTransform):
-    """PCollection[DocBatch] -> {main: DocBatch still to process, STORED: EncodedBlock of stored groups}."""
+    """PCollection[DocBatch] -> {main: DocBatch still to process, STORED: EncodedBlock of stored groups}; the same
+    for TokenBatch or EncodedBatch (a deduplicating job skips after deduplication, which needs every record)."""
 
     def __init__(self, directory: str, splits: Optional[SplitPlan] = None, copies: Optional[tuple] = None):
         """splits: a split job's plan (its groups are stored by output); None: one dataset. copies: a mixture's

@@ -14,6 +14,11 @@ from transforms.io.manifest import finalize, finalize_split
 __all__ = ["WriteDatasetParams", "WriteSplitParams", "MergeStats"]
 
 
+def _as_list(pcoll):
+    """A stage's singleton summary as a side input, or None for a stage the job does not run."""
+    return beam.pvalue.AsList(pcoll) if pcoll is not None else None
+
+
 class MergeStats(beam.CombineFn):
     """Stats values summed into one; associative and commutative."""
 
@@ -34,10 +39,12 @@ class WriteDatasetParams(beam.PTransform):
     """PCollection[ShardResult] (+ stats, dead-letter count) -> the params dict, after writing it."""
 
     def __init__(self, *, output_dir: str, sections: dict, eos_id: int, pad_id: int, vocab_size: int,
-                 stats, dead_letters, extra: dict, features: tuple = LM_FEATURES, mixture=None):
-        """mixture: a PCollection of the mixture plan's summary (SelectMixture), or None."""
+                 stats, dead_letters, extra: dict, features: tuple = LM_FEATURES, mixture=None, dedup=None):
+        """mixture: a PCollection of the mixture plan's summary (SelectMixture), or None; dedup: of
+        DeduplicateDocuments' summary, or None."""
         super().__init__()
         self._mixture = mixture
+        self._dedup = dedup
         self._features = tuple(features)
         self._output_dir = output_dir
         self._sections = sections
@@ -55,7 +62,7 @@ class WriteDatasetParams(beam.PTransform):
                 beam.pvalue.AsSingleton(self._stats),
                 beam.pvalue.AsSingleton(self._dead_letters),
                 self._output_dir, self._sections, self._ids, self._extra, self._features,
-                beam.pvalue.AsList(self._mixture) if self._mixture is not None else None)
+                _as_list(self._mixture), _as_list(self._dedup))
         )
 
 
@@ -69,10 +76,12 @@ class WriteSplitParams(beam.PTransform):
 
     def __init__(self, *, output_dir: str, outputs: tuple, output_dirs: tuple, sections: tuple, extras: tuple,
                  eos_id: int, pad_id: int, vocab_size: int, features: tuple, stats, rest_stats, dead_letters,
-                 summary_sections: dict, summary_extra: dict, mixture=None):
-        """mixture: a PCollection of the mixture plan's summary (SelectMixture), or None."""
+                 summary_sections: dict, summary_extra: dict, mixture=None, dedup=None):
+        """mixture: a PCollection of the mixture plan's summary (SelectMixture), or None; dedup: of
+        DeduplicateDocuments' summary, or None."""
         super().__init__()
         self._mixture = mixture
+        self._dedup = dedup
         self._args = (output_dir, outputs, output_dirs, sections, extras,
                       {"eos_id": eos_id, "pad_id": pad_id, "vocab_size": vocab_size}, tuple(features),
                       summary_sections, summary_extra)
@@ -87,5 +96,5 @@ class WriteSplitParams(beam.PTransform):
             | "WriteParams" >> beam.Map(
                 finalize_split, beam.pvalue.AsList(self._stats), beam.pvalue.AsSingleton(self._rest_stats),
                 beam.pvalue.AsSingleton(self._dead_letters), *self._args,
-                beam.pvalue.AsList(self._mixture) if self._mixture is not None else None)
+                _as_list(self._mixture), _as_list(self._dedup))
         )

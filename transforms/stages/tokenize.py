@@ -13,7 +13,7 @@ import numpy as np
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.core.memory import release_free_memory
-from transforms.core.records import DocBatch, GroupId, TokenBatch
+from transforms.core.records import DocBatch, GroupId, Origins, TokenBatch
 from transforms.core.stats import ENCODER_CHECK, PROGRESS_BYTES, Stats
 from transforms.core.threads import limit_native_threads
 from transforms.core.timing import TIME_PREFIX
@@ -50,6 +50,7 @@ class _InFlight:
     group: GroupId
     stats: Stats
     parts: list  # per key, the futures of its slices in order
+    origins: Origins
     window: object
     timestamp: object
 
@@ -123,7 +124,7 @@ class _TokenizeFn(beam.DoFn):
         for (k, texts), share in zip(slices, progress.shares(batch.progress_bytes, weights)):
             parts[k].append(self._pool.submit(self._encode, texts, share, len(texts) if k == 0 else 0))
         batch.stats.totals[PROGRESS_BYTES] += batch.progress_bytes  # the encoder counts it for a remote job's bar
-        self._pending.append(_InFlight(batch.group, batch.stats, parts, window, timestamp))
+        self._pending.append(_InFlight(batch.group, batch.stats, parts, Origins.of(batch.docs), window, timestamp))
         # The newest group is encoded while the older ones go on downstream. A split job's group arrives as
         # one share per output: all of them stay in flight until the next group starts, or the large share
         # would go downstream while only a small one is being encoded, and the two would no longer overlap.
@@ -167,7 +168,7 @@ class _TokenizeFn(beam.DoFn):
             stats.totals[TIME_PREFIX + "tokenize"] += int(seconds * 1000)
         self._tokens.inc(n_tokens)
         release_free_memory()  # the group's texts and per-slice arrays are gone
-        out = TokenBatch(group, tokens, stats, flat=flats[0] if flats else None)
+        out = TokenBatch(group, tokens, stats, flat=flats[0] if flats else None, origins=job.origins)
         return WindowedValue(out, job.timestamp, [job.window])
 
 

@@ -250,15 +250,17 @@ def _per_record(counters: list[Counter]) -> dict:
 def encode_conversations(batch, encoder, cfg: ChatConfig):
     """DocBatch of conversations -> EncodedBatch: each kept conversation's (ids, trained[, attend]), the drops and
     the contents' characters counted; what a record adds once written (its tokens by role) kept per record."""
-    from transforms.core.records import EncodedBatch
+    from transforms.core.records import EncodedBatch, Origins
 
     counts: Counter = Counter()
     dropped: Counter = Counter()
     kept, per_record = [], []  # per kept conversation: only what its rows need, not its text and offsets
-    for encoded, reason in _conversations(batch.docs, encoder, cfg, counts):
+    origins = []
+    for doc, (encoded, reason) in zip(batch.docs, _conversations(batch.docs, encoder, cfg, counts)):
         if encoded is None:
             dropped[reason] += 1
             continue
+        origins.append(doc)
         roles: Counter = Counter()
         _count_roles(encoded, roles)
         roles["tokens"] = len(encoded.ids)
@@ -268,7 +270,7 @@ def encode_conversations(batch, encoder, cfg: ChatConfig):
             arrays += (np.ones(len(encoded.ids), bool) if encoded.attend is None else encoded.attend,)
         kept.append(arrays)
     _account(batch, None, dropped, counts)
-    return EncodedBatch(batch.group, kept, batch.stats, _per_record(per_record))
+    return EncodedBatch(batch.group, kept, batch.stats, _per_record(per_record), origins=Origins.of(origins))
 
 
 def _written(encoded) -> None:
@@ -328,11 +330,11 @@ class DpoRows:
 def encode_pairs(batch, encoder, cfg: ChatConfig):
     """DocBatch of DPO records -> EncodedBatch of (prompt, chosen, rejected) ids, each pair known to fit its row;
     a pair's tokens (as its row holds them: cut to fit) count its prompt twice, once per side."""
-    from transforms.core.records import EncodedBatch
+    from transforms.core.records import EncodedBatch, Origins
 
     counts: Counter = Counter()
     dropped: Counter = Counter()
-    pairs = []
+    pairs, origins = [], []
     for doc in batch.docs:
         example = _dpo_example(doc.values, cfg)
         prompt = _normalized(list(example.prompt), cfg.normalize, counts)
@@ -346,9 +348,10 @@ def encode_pairs(batch, encoder, cfg: ChatConfig):
             dropped[e.reason] += 1
             continue
         pairs.append((encoded.prompt, encoded.chosen, encoded.rejected))
+        origins.append(doc)
     _account(batch, None, dropped, counts)
     tokens = np.fromiter((len(p) * 2 + len(c) + len(r) for p, c, r in pairs), dtype=np.int64, count=len(pairs))
-    return EncodedBatch(batch.group, pairs, batch.stats, {"tokens": tokens})
+    return EncodedBatch(batch.group, pairs, batch.stats, {"tokens": tokens}, origins=Origins.of(origins))
 
 
 def dpo_rows(encoded, cfg: ChatConfig):

@@ -1,0 +1,531 @@
+"""Our deduplication against its peers, side by side on one planted corpus: `make bench-dedup` (issue #46).
+
+1. A planted corpus, made at run time from a bench corpus (never copied into the repository) into a temporary
+   directory of .jsonl files: `--docs` documents, of which 75 % are distinct documents of the corpus (seeded
+   sample), 10 % exact copies of some of them, 10 % near copies (one or two words replaced in place, whitespace and
+   punctuation kept, of documents of at least 200 words: word 5-gram Jaccard about 0.9 and above; `--near-jaccard
+   0.85-0.95` replaces as many words as a Jaccard drawn from that range needs, to probe the threshold) and 5 % near
+   misses (enough words replaced for a word 5-gram Jaccard of 0.45 to 0.65 with their original; in markup-heavy
+   documents the Jaccard of other shingles, e.g. our token 5-grams, can still reach 0.8). Everything is
+   shuffled and cut into files of 1,000 lines, so which record of a family has the smallest identity is chance.
+2. Our job (LMData, GPT-2, `--runner FnApiRunner`) without `--dedup` and with `--dedup near`, each in a child
+   process timed from its start to its exit (interpreter and imports included): wall seconds, CPU seconds (user +
+   system of the process and the children it waited for, from wait4) and peak RSS. Goal: the job with dedup at
+   >= 0.6x the job without (wall time; CPU shown too).
+3. The peers on the same files, each in a child process timed the same way (this script with `--peer`):
+   - datatrove's MinHash pipeline (PyPI `datatrove`): its four stages MinhashDedupSignature, MinhashDedupBuckets,
+     MinhashDedupCluster and MinhashDedupFilter, each a LocalPipelineExecutor with workers=1 (in process), one task
+     each except the buckets stage (one per bucket: datatrove requires it), its default MinhashConfig (word
+     5-grams after its text normalization and spaCy's English word splitting, 14 buckets x 8 hashes, 64-bit
+     xxhash), JsonlReader in and JsonlWriter out (uncompressed, as the other peer writes), the removed documents
+     through the filter's exclusion_writer.
+   - datasketch's MinHashLSH with the settings of Cerebras Model Zoo's data_dedup
+     (src/cerebras/modelzoo/data_preparation/data_preprocessing/data_dedup/: to_hash.py, generate_duplicate_pairs.py,
+     dedup.py): ftfy.fix_text(normalization="NFC"), lowercased, ASCII punctuation removed, whitespace runs made one
+     space; shingles are *character* 6-grams of that string (window_size=6; nltk.ngrams over a string); MinHash with
+     128 permutations (datasketch's default SHA-1 hash and seed); LSH at Jaccard 0.8 with datasketch's optimal
+     bands x rows for it (9 x 13, false positives and negatives weighted 0.5 each, as data_dedup computes them);
+     every bucket collision is a duplicate (no verification: each record is joined to every earlier one sharing a
+     band, the same components as data_dedup's pairs with each bucket's first); connected components; one kept
+     (data_dedup keeps the first node of its networkit component; here the smallest identity, as ours). Hashing is
+     run in one process (data_dedup spreads it over a process pool): CPU seconds are what counts.
+4. Per tool: throughput per core (documents and MB of text per CPU second; per wall second too), and against the
+   planted truth: a family (an original and its exact and near copies) should keep exactly one record. Removals
+   are scored without regard to which member a tool keeps: in a family of n, up to n - 1 removals are right and
+   the n-th is wrong (the content is lost); a removed near miss or other unplanted record is wrong (the bench
+   corpus may hold duplicates of its own: they show as "other"). Agreement of ours with each peer: the Jaccard of
+   the removed (file, line) sets, as removed and after mapping each tool's removals in a planted family onto the
+   same members (so that keep rules do not count).
+
+Unless `--no-startup`, each command is also timed on one short document, and throughput is shown net of
+start-up, which weighs heavily on a few thousand documents. Shared machines are noisy: `--repeat` runs every
+command that many times and shows medians.
+
+    python benchmarks/dedup_bench.py [--corpus ../shared/corpora/bench/en_natural.jsonl.zst] [--docs 4000]
+                                     [--near-jaccard 0.85-0.95] [--repeat 3] [--peers datatrove,datasketch]
+                                     [--no-startup] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import json
+import math
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CORPUS = ROOT.parent / "shared" / "corpora" / "bench" / "en_natural.jsonl.zst"
+GPT2 = ROOT / "data" / "tokenizers" / "gpt2"
+PEERS = ("datatrove", "datasketch")
+PEER_NAMES = {"datatrove": "datatrove MinHash (4 stages)", "datasketch": "datasketch LSH (Cerebras settings)"}
+SHARES = {"exact": 0.10, "near": 0.10, "miss": 0.05}  # of --docs; the rest are distinct documents of the corpus
+NEAR_MIN_WORDS = 200  # near copies and near misses are made of documents at least this long (in \w+ words)
+DOCS_PER_FILE = 1000
+RATIO_TARGET = 0.6  # the job with --dedup near against the job without (throughput)
+PEER_TARGET = ("datatrove", 3.0)  # our dedup's throughput per core against datatrove's
+WORD = re.compile(r"\w+")
+ALPHA = re.compile(r"[A-Za-z]{2,}")
+
+LAUNCHER = r"""
+import os, subprocess, sys, time
+start = time.perf_counter()
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
+_, status, usage = os.wait4(child.pid, 0)
+print(time.perf_counter() - start, usage.ru_utime + usage.ru_stime, usage.ru_maxrss)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+# ---------------------------------------------------------------------------------------------------------- corpus
+def read_corpus(corpus: Path) -> list[str]:
+    import zstandard
+
+    opener = (lambda p: zstandard.ZstdDecompressor().stream_reader(open(p, "rb"))) \
+        if corpus.suffix == ".zst" else (lambda p: open(p, "rb"))
+    with opener(corpus) as raw:
+        return [json.loads(line)["text"] for line in io.BufferedReader(raw, 1 << 20) if line.strip()]
+
+
+def word_jaccard(a: str, b: str, n: int = 5) -> float:
+    """The reference measure of the planted pairs: Jaccard of lowercased \\w+ word n-grams."""
+    def grams(text):
+        words = WORD.findall(text.lower())
+        return {tuple(words[i:i + n]) for i in range(max(1, len(words) - n + 1))}
+    x, y = grams(a), grams(b)
+    return len(x & y) / len(x | y) if x | y else 1.0
+
+
+def replace_words(text: str, count: int, vocab: list[str], rng: random.Random) -> str:
+    """`count` words (runs of 2+ ASCII letters) replaced in place by other words of the corpus: the whitespace and
+    punctuation around them stay."""
+    spans = [m.span() for m in ALPHA.finditer(text)]
+    chosen = sorted(rng.sample(spans, min(count, len(spans))))
+    out, last = [], 0
+    for start, end in chosen:
+        old = text[start:end].lower()
+        new = rng.choice(vocab)
+        while new.lower() == old:
+            new = rng.choice(vocab)
+        out += [text[last:start], new]
+        last = end
+    return "".join(out) + text[last:]
+
+
+def words_for(text: str, target: float) -> int:
+    """How many scattered word replacements leave about `target` word 5-gram Jaccard: k replacements of n words
+    keep about (1 - k/n)^5 of the 5-grams, s, and the Jaccard is s / (2 - s)."""
+    return max(1, round((1 - (2 * target / (1 + target)) ** (1 / 5)) * len(WORD.findall(text))))
+
+
+def plant(texts: list[str], docs: int, seed: int, out_dir: Path, near_jaccard: tuple | None = None) -> dict:
+    """The planted corpus in out_dir, and its truth: {"records": [(file, line, role, family)], ...}."""
+    rng = random.Random(seed)
+    n_copies = {kind: round(docs * share) for kind, share in SHARES.items()}
+    n_src = docs - sum(n_copies.values())
+    if n_src > len(texts):
+        raise SystemExit(f"--docs {docs} needs {n_src} distinct documents; the corpus has {len(texts)} "
+                         f"(at most {int(len(texts) / (1 - sum(SHARES.values())))} documents)")
+    src = rng.sample(range(len(texts)), n_src)
+    long_src = [i for i in src if len(WORD.findall(texts[i])) >= NEAR_MIN_WORDS]
+    vocab = sorted({w for i in src[:500] for w in ALPHA.findall(texts[i]) if 3 <= len(w) <= 12})
+    records = [(texts[i], "original", i) for i in src]  # (text, role, family: the original's corpus index)
+    jaccards = {"near": [], "miss": []}
+    for _ in range(n_copies["exact"]):
+        i = rng.choice(src)
+        records.append((texts[i], "exact", i))
+    for _ in range(n_copies["near"]):
+        i = rng.choice(long_src)
+        count = words_for(texts[i], rng.uniform(*near_jaccard)) if near_jaccard else rng.choice((1, 2))
+        copy = replace_words(texts[i], count, vocab, rng)
+        jaccards["near"].append(word_jaccard(texts[i], copy))
+        records.append((copy, "near", i))
+    for k in range(n_copies["miss"]):
+        i = rng.choice(long_src)
+        miss = replace_words(texts[i], max(3, words_for(texts[i], rng.uniform(0.45, 0.65))), vocab, rng)
+        jaccards["miss"].append(word_jaccard(texts[i], miss))
+        records.append((miss, "miss", -1 - k))  # a family of its own: it must be kept
+    rng.shuffle(records)
+    out_dir.mkdir(parents=True)
+    truth = []
+    for f in range(math.ceil(len(records) / DOCS_PER_FILE)):
+        name = f"part-{f:03d}.jsonl"
+        chunk = records[f * DOCS_PER_FILE:(f + 1) * DOCS_PER_FILE]
+        with open(out_dir / name, "w", encoding="utf-8") as dst:
+            for line, (text, role, family) in enumerate(chunk, 1):
+                dst.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
+                truth.append((name, line, role, family))
+    return {"records": truth, "jaccards": jaccards, "n_copies": n_copies,
+            "bytes": sum(len(t.encode("utf-8")) for t, _, _ in records)}
+
+
+# ------------------------------------------------------------------------------------------------------- scoring
+def score(removed: set, truth: dict) -> dict:
+    """Removals against the planted families, whichever member a tool keeps (see the module's docstring)."""
+    family_of = {(f, l): fam for f, l, _, fam in truth["records"]}
+    role_of = {(f, l): role for f, l, role, _ in truth["records"]}
+    members = defaultdict(list)
+    for f, l, _, fam in truth["records"]:
+        members[fam].append((f, l))
+    hit = defaultdict(int)
+    unknown = 0
+    for key in removed:
+        if key in family_of:
+            hit[family_of[key]] += 1
+        else:
+            unknown += 1  # a record the job does not know (should not happen)
+    expected = sum(len(m) - 1 for m in members.values())
+    tp = sum(min(hit[fam], len(m) - 1) for fam, m in members.items())
+    lost = sum(1 for fam, m in members.items() if len(m) > 1 and hit[fam] >= len(m))
+    kinds = {fam: {role_of[k] for k in m} for fam, m in members.items() if len(m) > 1}
+    resolved = {kind: [hit[fam] == len(members[fam]) - 1 for fam, roles in kinds.items()
+                       if ("near" in roles) == (kind == "near")] for kind in ("exact", "near")}
+    return {
+        "removed": len(removed),
+        "precision": tp / len(removed) if removed else 1.0,
+        "recall": tp / expected if expected else 1.0,
+        "exact_families": sum(resolved["exact"]) / max(1, len(resolved["exact"])),
+        "near_families": sum(resolved["near"]) / max(1, len(resolved["near"])),
+        "misses_removed": sum(1 for k in removed if role_of.get(k) == "miss"),
+        "families_lost": lost,
+        "other_removed": sum(1 for k in removed if role_of.get(k) == "original" and len(members[family_of[k]]) == 1)
+        + unknown,
+    }
+
+
+def canonical(removed: set, truth: dict) -> set:
+    """The removals with those in each planted family moved onto its members of largest identity (as if every
+    tool kept the smallest), so that two tools' sets compare the duplicates found, not the copies kept."""
+    family_of = {(f, l): fam for f, l, _, fam in truth["records"]}
+    members = defaultdict(list)
+    for f, l, _, fam in truth["records"]:
+        members[fam].append((f, l))
+    hit = defaultdict(int)
+    out = set()
+    for key in removed:
+        fam = family_of.get(key)
+        if fam is None or len(members[fam]) == 1:
+            out.add(key)
+        else:
+            hit[fam] += 1
+    for fam, n in hit.items():
+        out.update(sorted(members[fam])[len(members[fam]) - n:])
+    return out
+
+
+def jaccard(a: set, b: set) -> float:
+    return len(a & b) / len(a | b) if a | b else 1.0
+
+
+# --------------------------------------------------------------------------------------------------------- runs
+def timed(cmd: list[str], stderr_path: Path) -> dict:
+    """Wall seconds, CPU seconds and peak RSS of a command, taken by a small launcher (a child of this process
+    would carry this process's peak RSS across fork and exec)."""
+    with open(stderr_path, "w") as err:
+        proc = subprocess.run([sys.executable, "-c", LAUNCHER, *cmd], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=err, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:6])} ... failed (exit {proc.returncode}):\n"
+                         f"{stderr_path.read_text(errors='replace')[-3000:]}")
+    wall, cpu, rss = proc.stdout.split()
+    return {"wall": float(wall), "cpu": float(cpu), "rss_mb": int(rss) / 1024}
+
+
+def job_command(input_dir: Path, out: Path, dedup: bool, msl: int) -> list[str]:
+    return [sys.executable, "-m", "pipelines.create_hdf5_dataset", "LMData", "--input_dir", str(input_dir),
+            "--output_dir", str(out), "--tokenizer_type", "GPT2Tokenizer",
+            "--vocab_file", str(GPT2 / "vocab.bpe"), "--encoder_file", str(GPT2 / "encoder.json"),
+            "--max_seq_length", str(msl), "--display_pbar", "False", "--runner", "FnApiRunner",
+            *(["--dedup", "near"] if dedup else [])]
+
+
+def run_job(input_dir: Path, work: Path, dedup: bool, msl: int, tag: str) -> dict:
+    out = work / f"out_{tag}"
+    result = timed(job_command(input_dir, out, dedup, msl), work / f"stderr_{tag}.txt")
+    params = json.loads((out / "data_params.json").read_text())
+    removed = set()
+    if dedup:
+        for path in sorted((out / "dedup").glob("*.jsonl")) if (out / "dedup").exists() else []:
+            for line in path.read_text().splitlines():
+                row = json.loads(line)
+                removed.add((row["file"], int(row["line"])))
+        result["section"] = params.get("dedup", {})
+    result["removed"] = removed
+    result["stages"] = params.get("run", {}).get("stage_seconds", {})
+    shutil.rmtree(out)
+    return result
+
+
+def run_peer(peer: str, input_dir: Path, work: Path, tag: str) -> dict:
+    out = work / f"peer_{tag}"
+    result = timed([sys.executable, str(Path(__file__).resolve()), "--peer", peer, "--peer-input", str(input_dir),
+                    "--peer-output", str(out)], work / f"stderr_{tag}.txt")
+    info = json.loads((out / "info.json").read_text())
+    result["removed"] = {tuple(x) for x in info.pop("removed")}
+    result["stages"] = info.pop("stages")
+    result["info"] = info
+    shutil.rmtree(out)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------- peers
+def peer_datatrove(input_dir: Path, out: Path) -> dict:
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.dedup.minhash import (MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster,
+                                                  MinhashDedupFilter, MinhashDedupSignature)
+    from datatrove.pipeline.readers import JsonlReader
+    from datatrove.pipeline.writers import JsonlWriter
+
+    config = MinhashConfig()  # its defaults: 5-grams, 14 buckets x 8 hashes, 64-bit xxhash
+    logs = out / "logs"
+
+    def reader():
+        return JsonlReader(str(input_dir), glob_pattern="*.jsonl", compression=None)
+
+    stages = {
+        "signatures": LocalPipelineExecutor(
+            [reader(), MinhashDedupSignature(output_folder=str(out / "signatures"), config=config)],
+            tasks=1, workers=1, logging_dir=str(logs / "1")),
+        "buckets": LocalPipelineExecutor(
+            [MinhashDedupBuckets(input_folder=str(out / "signatures"), output_folder=str(out / "buckets"),
+                                 config=config)],
+            tasks=config.num_buckets, workers=1, logging_dir=str(logs / "2")),
+        "cluster": LocalPipelineExecutor(
+            [MinhashDedupCluster(input_folder=str(out / "buckets"), output_folder=str(out / "remove_ids"),
+                                 config=config)],
+            tasks=1, workers=1, logging_dir=str(logs / "3")),
+        "filter": LocalPipelineExecutor(
+            [reader(),
+             MinhashDedupFilter(input_folder=str(out / "remove_ids"),
+                                exclusion_writer=JsonlWriter(str(out / "removed"), compression=None)),
+             JsonlWriter(str(out / "deduplicated"), compression=None)],
+            tasks=1, workers=1, logging_dir=str(logs / "4")),
+    }
+    seconds = {}
+    for name, executor in stages.items():
+        start = time.perf_counter()
+        executor.run()
+        seconds[name] = time.perf_counter() - start
+    removed = []
+    for path in sorted((out / "removed").glob("*.jsonl")):
+        for line in open(path, encoding="utf-8"):
+            doc_id = json.loads(line)["id"]  # JsonlReader's default: "<file>/<0-based line>"
+            name, index = doc_id.rsplit("/", 1)
+            removed.append((name, int(index) + 1))
+    return {"removed": removed, "stages": seconds,
+            "settings": f"{config.n_grams}-gram words, {config.num_buckets} x {config.hashes_per_bucket}, "
+                        f"{config.hash_config.precision}-bit {config.hash_config.hash_fc}"}
+
+
+def peer_datasketch(input_dir: Path, out: Path) -> dict:
+    import string
+
+    import ftfy
+    from datasketch import MinHash, MinHashLSH
+
+    punctuation = str.maketrans("", "", string.punctuation)
+    spaces = re.compile(r"\s+")
+    width, num_perm, threshold = 6, 128, 0.8  # data_dedup's window_size, MinHash(num_perm=128), jaccard_threshold
+    lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
+    parent: dict = {}
+
+    def find(x):
+        while parent.get(x, x) != x:
+            parent[x] = parent.get(parent[x], parent[x])
+            x = parent[x]
+        return x
+
+    seconds = defaultdict(float)
+    keys = []
+    files = sorted(input_dir.glob("*.jsonl"))
+    for path in files:
+        for line_no, line in enumerate(open(path, encoding="utf-8"), 1):
+            t0 = time.perf_counter()
+            text = ftfy.fix_text(json.loads(line)["text"], normalization="NFC")
+            t1 = time.perf_counter()
+            s = spaces.sub(" ", text.lower().translate(punctuation).strip())
+            m = MinHash(num_perm=num_perm)
+            m.update_batch([s[i:i + width].encode("utf8") for i in range(len(s) - width + 1)])
+            t2 = time.perf_counter()
+            key = (path.name, line_no)
+            for other in lsh.query(m):  # every bucket collision is a duplicate pair, as in data_dedup
+                a, b = find(key), find(other)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)  # the root is the smallest identity
+            lsh.insert(key, m)
+            keys.append(key)
+            t3 = time.perf_counter()
+            seconds["ftfy"] += t1 - t0
+            seconds["minhash"] += t2 - t1
+            seconds["lsh"] += t3 - t2
+    removed = {k for k in keys if find(k) != k}
+    start = time.perf_counter()
+    (out / "deduplicated").mkdir(parents=True)
+    with open(out / "deduplicated" / "kept.jsonl", "w", encoding="utf-8") as dst:
+        for path in files:
+            for line_no, line in enumerate(open(path, encoding="utf-8"), 1):
+                if (path.name, line_no) not in removed:
+                    dst.write(line)
+    seconds["write"] = time.perf_counter() - start
+    return {"removed": sorted(removed), "stages": dict(seconds),
+            "settings": f"char {width}-grams, {num_perm} perms, LSH {lsh.b} bands x {lsh.r} rows at {threshold}"}
+
+
+def peer_main(peer: str, input_dir: Path, out: Path) -> int:
+    out.mkdir(parents=True)
+    info = {"datatrove": peer_datatrove, "datasketch": peer_datasketch}[peer](input_dir, out)
+    (out / "info.json").write_text(json.dumps(info))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------- main
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--docs", type=int, default=4000, help="documents in the planted corpus")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--near-jaccard", metavar="LO-HI",
+                        help="near copies with as many words replaced as a word 5-gram Jaccard drawn from LO-HI needs "
+                             "(e.g. 0.85-0.95, around the threshold) instead of one or two words")
+    parser.add_argument("--msl", type=int, default=2048)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of every command (medians shown)")
+    parser.add_argument("--peers", default=",".join(PEERS))
+    parser.add_argument("--no-startup", dest="startup", action="store_false",
+                        help="do not time the commands on one short document")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)  # run one peer (in the child)
+    parser.add_argument("--peer-input", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--peer-output", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.peer:
+        return peer_main(args.peer, args.peer_input, args.peer_output)
+    if not args.corpus.exists():
+        print(f"corpus {args.corpus} not found (it lives in ../shared/corpora/bench)", file=sys.stderr)
+        return 2
+    peers = [p for p in args.peers.split(",") if p]
+    for p in peers:
+        if p not in PEERS:
+            raise SystemExit(f"unknown peer {p!r} (one of {', '.join(PEERS)})")
+    needs = {"datatrove": ("datatrove", "spacy", "xxhash"), "datasketch": ("datasketch",)}
+    missing = [m for p in peers for m in needs[p] if importlib.util.find_spec(m) is None]
+    if missing:
+        raise SystemExit(f"missing {', '.join(missing)}: pip install -e '.[bench]'")
+
+    work = Path(tempfile.mkdtemp(prefix="dedup_bench_"))
+    try:
+        near_jaccard = tuple(float(x) for x in args.near_jaccard.split("-")) if args.near_jaccard else None
+        truth = plant(read_corpus(args.corpus), args.docs, args.seed, work / "input", near_jaccard)
+        input_dir = work / "input"
+        n_docs, mb = len(truth["records"]), truth["bytes"] / 1e6
+        tools = ["without", "ours", *peers]
+        names = {"without": "our job without --dedup", "ours": "our job --dedup near", **PEER_NAMES}
+        runs = {t: [] for t in tools}
+        for r in range(max(1, args.repeat)):
+            runs["without"].append(run_job(input_dir, work, False, args.msl, f"without{r}"))
+            runs["ours"].append(run_job(input_dir, work, True, args.msl, f"ours{r}"))
+            for p in peers:
+                runs[p].append(run_peer(p, input_dir, work, f"{p}{r}"))
+        startup = {}
+        if args.startup:
+            tiny = work / "tiny"
+            tiny.mkdir()
+            (tiny / "part-000.jsonl").write_text(json.dumps({"text": "A short document. " * 20}) + "\n")
+            startup["without"] = run_job(tiny, work, False, args.msl, "startup_without")
+            startup["ours"] = run_job(tiny, work, True, args.msl, "startup_ours")
+            for p in peers:
+                startup[p] = run_peer(p, tiny, work, f"startup_{p}")
+
+        def med(tool, key):
+            return statistics.median(x[key] for x in runs[tool])
+
+        j = truth["jaccards"]
+        print(f"\nplanted corpus from {args.corpus.name}: {n_docs} documents, {mb:.1f} MB of text, "
+              f"{math.ceil(n_docs / DOCS_PER_FILE)} files; {truth['n_copies']['exact']} exact copies, "
+              f"{truth['n_copies']['near']} near copies (word 5-gram Jaccard min {min(j['near'], default=0):.2f}, "
+              f"median {statistics.median(j['near'] or [0]):.2f}), {truth['n_copies']['miss']} near misses "
+              f"(Jaccard {min(j['miss'], default=0):.2f}-{max(j['miss'], default=0):.2f}); "
+              f"{os.cpu_count()} cores, {len(runs['ours'])} runs each (medians)\n")
+        print(f"{'tool':<38}{'wall s':>8}{'CPU s':>8}{'RSS MB':>8}{'docs/s':>8}{'docs/CPU-s':>11}{'MB/CPU-s':>10}"
+              f"{'net docs/CPU-s':>16}  stages (s, last run)")
+        per_core = {}
+        for t in tools:
+            wall, cpu = med(t, "wall"), med(t, "cpu")
+            rss = max(x["rss_mb"] for x in runs[t])
+            # net of start-up, where the rest is large enough to mean something (a tenth of the run at least)
+            net = f"{n_docs / (cpu - startup[t]['cpu']):>16.0f}" \
+                if t in startup and cpu - startup[t]["cpu"] > 0.1 * cpu else f"{'-':>16}"
+            per_core[t] = n_docs / cpu
+            stages = " ".join(f"{k} {v:.1f}" for k, v in runs[t][-1]["stages"].items())
+            print(f"{names[t]:<38}{wall:>8.1f}{cpu:>8.1f}{rss:>8.0f}{n_docs / wall:>8.0f}{n_docs / cpu:>11.0f}"
+                  f"{mb / cpu:>10.2f}{net}  {stages}")
+        extra_cpu = med("ours", "cpu") - med("without", "cpu")
+        if extra_cpu > 0:
+            per_core["dedup"] = n_docs / extra_cpu
+            print(f"{'our dedup alone (with - without)':<38}{med('ours', 'wall') - med('without', 'wall'):>8.1f}"
+                  f"{extra_cpu:>8.1f}{'':>8}{'':>8}{n_docs / extra_cpu:>11.0f}{mb / extra_cpu:>10.2f}")
+        if startup:
+            print("start-up (one short document): " + ", ".join(
+                f"{names[t]} {s['wall']:.1f} s wall, {s['cpu']:.1f} CPU-s" for t, s in startup.items()))
+        for p in peers:
+            print(f"{names[p]}: {runs[p][-1]['info'].get('settings', '')}")
+
+        print("\nagainst the planted truth (a family keeps one record, whichever; removals beyond that, of near "
+              "misses or of other documents are wrong):")
+        print(f"{'tool':<38}{'removed':>8}{'precision':>10}{'recall':>8}{'exact fam.':>11}{'near fam.':>10}"
+              f"{'misses rm':>10}{'fam. lost':>10}{'other rm':>9}")
+        for t in ["ours", *peers]:
+            s = score(runs[t][-1]["removed"], truth)
+            print(f"{names[t]:<38}{s['removed']:>8}{s['precision']:>10.3f}{s['recall']:>8.3f}"
+                  f"{s['exact_families']:>11.1%}{s['near_families']:>10.1%}{s['misses_removed']:>10}"
+                  f"{s['families_lost']:>10}{s['other_removed']:>9}")
+        changed = [t for t in ["ours", *peers] if any(r["removed"] != runs[t][0]["removed"] for r in runs[t])]
+        if changed:
+            print(f"removed sets differ between runs of: {', '.join(changed)} (the last run is scored)")
+        section = runs["ours"][-1].get("section", {})
+        if section:
+            print(f"our data_params.json dedup section: documents_removed {section.get('documents_removed')}")
+
+        ours = runs["ours"][-1]["removed"]
+        print("\nagreement with ours (Jaccard of the removed (file, line) sets; keep-rule free: each tool's removals "
+              "in a planted family moved onto the same members):")
+        for p in peers:
+            theirs = runs[p][-1]["removed"]
+            print(f"  {names[p]:<38}{jaccard(ours, theirs):>7.3f}  keep-rule free "
+                  f"{jaccard(canonical(ours, truth), canonical(theirs, truth)):.3f}  "
+                  f"(only ours {len(ours - theirs)}, only theirs {len(theirs - ours)}, both {len(ours & theirs)})")
+
+        print("\ntargets (on this machine, this run; they never make the run fail):")
+        ratio_wall = med("without", "wall") / med("ours", "wall")
+        ratio_cpu = med("without", "cpu") / med("ours", "cpu")
+        print(f"  --dedup near at {ratio_wall:.2f}x the job without it (wall; {ratio_cpu:.2f}x in CPU time), "
+              f"target >= {RATIO_TARGET}x: {'met' if ratio_wall >= RATIO_TARGET else 'not met'}")
+        peer, least = PEER_TARGET
+        if peer in peers:
+            for what in ("dedup", "ours"):
+                if what not in per_core:
+                    continue
+                x = per_core[what] / per_core[peer]
+                label = "our dedup alone" if what == "dedup" else "our whole job with --dedup near"
+                print(f"  {label} at {x:.2f}x {peer}'s documents per CPU second, target >= {least:g}x: "
+                      f"{'met' if x >= least else 'not met'}")
+    finally:
+        if args.keep:
+            print(f"\nwork directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

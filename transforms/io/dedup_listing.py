@@ -1,0 +1,45 @@
+"""OUT/dedup/: one JSONL file per input file, a line per record deduplication removed (issue #46).
+
+Named as the dead letters are (`dead_letter_file_name` of the file's path relative to the input), its records in
+file order, each written whole to a temporary name and renamed: a retried bundle writes the same file again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Iterable, Optional
+
+import fsspec
+
+from transforms.io import fs
+from transforms.io.dead_letters import dead_letter_file_name, json_line
+
+__all__ = ["DEDUP_DIR", "write_listing", "listing_counts"]
+
+DEDUP_DIR = "dedup"
+
+
+def write_listing(item: tuple[str, Iterable[tuple]], output_dir: str) -> int:
+    """(relpath, its (node, record) pairs) -> OUT/dedup/<name>.jsonl, in file order; returns the records
+    written."""
+    relpath, records = item
+    records = sorted(records, key=lambda nr: nr[0])
+    fs.makedirs(fs.join(output_dir, DEDUP_DIR))
+    fs.write_text_atomic(fs.join(output_dir, DEDUP_DIR, dead_letter_file_name(relpath)),
+                         "".join(json_line(record) for _, record in records))
+    return len(records)
+
+
+def listing_counts(output_dir: str) -> Optional[dict]:
+    """The records OUT/dedup/ lists, per kind (None: no such directory), read a line at a time."""
+    directory = fs.join(output_dir, DEDUP_DIR)
+    names = fs.listdir_names(directory)
+    if not names:
+        return None
+    counts: Counter = Counter()
+    for name in sorted(names):
+        with fsspec.open(fs.join(directory, name), "rt", encoding="utf-8") as f:
+            for line in f:
+                counts[json.loads(line)["kind"]] += 1
+    return dict(counts)

@@ -1,0 +1,298 @@
+"""DeduplicateDocuments: exact and near-duplicate records removed before the rows are built (issue #46).
+
+    TokenBatch / EncodedBatch ─Fingerprint─► (exact key, (node, bands))          + SIGS: (node, signature)
+        ─GroupByKey exact key─► a family's smallest node kept; COPIES (kept, copy); its bands (near)
+        ─GroupByKey band─► candidates (member, the bucket's smallest)
+        ─CoGroupByKey node (SIGS), twice─► verified edges: estimated similarity >= threshold
+        ─ROUNDS x (large-star, small-star), each a GroupByKey node─► each node's component's smallest node
+        ─CoGroupByKey node (SIGS), twice─► a removed family head's similarity to the record kept
+        ─CoGroupByKey family head─► every removed record: (node, kind, kept, similarity)
+    batches ─CoGroupByKey batch─► the batch without its removed records, each counted dropped with its reason
+    removed records ─CoGroupByKey file (its units' line counts), twice─► OUT/dedup/<file>.jsonl (lines as the
+        dead letters number them) and the summary for data_params.json
+
+Every step is a grouping by key: no worker holds more than one key's values (an exact family's nodes, a
+bucket, a node's edges: at most a duplicate group), and every choice (the family's and the component's kept
+record) is the smallest stable identity, so the output is the same on every engine and worker count. The pure
+logic is transforms/core/dedup.py's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Tuple
+
+import apache_beam as beam
+import numpy as np
+from apache_beam import pvalue
+
+from transforms.core.dedup import (COUNTER_PREFIX, DROP_REASONS, EXACT, NEAR, ROUNDS, DedupConfig, band_keys,
+                                   batch_key_of, bucket_edges, fingerprint, large_star, listing_record, node_of,
+                                   permutations, record_line, settled, similarity, size_bucket, small_star,
+                                   unit_base)
+from transforms.core.units import line_bases
+from transforms.io.dedup_listing import write_listing
+from transforms.stages import coders  # noqa: F401  (registers the batches' coder)
+
+__all__ = ["DeduplicateDocuments"]
+
+SIGS, COPIES = "sigs", "copies"
+
+
+class _Fingerprint(beam.DoFn):
+    """A batch -> per record (exact key, (node, its band keys' bytes or None)); near: SIGS (node, signature)."""
+
+    def __init__(self, config: DedupConfig, first_only: bool):
+        self._config = config
+        self._first_only = first_only  # a conversation's ids, not its masks
+        self._perms = None
+
+    def setup(self):
+        if self._config.kind == NEAR:
+            self._perms = permutations(self._config.hashes, self._config.seed)
+
+    def process(self, batch):
+        cfg, origins = self._config, batch.origins
+        for i, arrays in enumerate(batch.tokens):
+            node = node_of(batch.group, origins.member(i), origins.index[i])
+            key, sig = fingerprint(arrays[:1] if self._first_only else arrays, cfg, self._perms)
+            if sig is None:
+                yield key, (node, None)
+                continue
+            yield key, (node, band_keys(sig, cfg.bands, cfg.rows).tobytes())
+            yield pvalue.TaggedOutput(SIGS, (node, sig.tobytes()))
+
+
+def _family(item):
+    """One exact family: its smallest node heads it; COPIES (head, copy) for the others; (near) the head's
+    (band key, head), its buckets."""
+    _, members = item
+    head, head_bands, nodes = None, None, []
+    for node, bands in members:
+        nodes.append(node)
+        if head is None or node < head:
+            head, head_bands = node, bands
+    for node in nodes:
+        if node != head:
+            yield pvalue.TaggedOutput(COPIES, (head, node))
+    if head_bands is not None:
+        for band in np.frombuffer(head_bands, dtype=np.int64).tolist():  # int64: every coder keys it exactly
+            yield band, head
+
+
+def _send_signature(item):
+    """A node's signature to each bucket head it is a candidate of."""
+    node, joined = item
+    heads = sorted(set(joined["head"]))
+    if heads:
+        sig = next(iter(joined[SIGS]))
+        for head in heads:
+            yield head, (node, sig)
+
+
+def _verify(item, threshold: float):
+    """A head's candidates kept as edges when their estimated similarity reaches the threshold."""
+    head, joined = item
+    sig = None
+    for node, other in joined["member"]:
+        if sig is None:
+            sig = np.frombuffer(next(iter(joined[SIGS])), dtype=np.uint32)
+        if similarity(sig, np.frombuffer(other, dtype=np.uint32)) >= threshold:
+            yield node, head
+
+
+def _both_ends(edge):
+    u, v = edge
+    return [(u, v), (v, u)]
+
+
+def _labels(item):
+    """A node's label at the rounds' fixed point: (node, its component's smallest) for every node but a root."""
+    node, ends = item
+    down, up = [], []
+    for direction, other in ends:
+        (down if direction == "down" else up).append(other)
+    if not settled(down, up):
+        raise RuntimeError(f"deduplication: the duplicate graph did not settle in {ROUNDS} star rounds (at "
+                           f"{node[0]}, group {node[1]}, record {node[3]}); please report it")
+    if down:
+        yield node, down[0]
+
+
+def _kept_signature(item):
+    node, joined = item
+    kept = list(joined["kept"])
+    if kept:
+        yield kept[0], (node, next(iter(joined[SIGS])))
+
+
+def _similarity_to_kept(item):
+    kept, joined = item
+    sig = None
+    for node, other in joined["removed"]:
+        if sig is None:
+            sig = np.frombuffer(next(iter(joined[SIGS])), dtype=np.uint32)
+        yield node, (kept, similarity(sig, np.frombuffer(other, dtype=np.uint32)))
+
+
+def _removals(item):
+    """A family head's removals: itself and its copies when it lost to a near duplicate, else its copies."""
+    head, joined = item
+    near = list(joined[NEAR])
+    if near:
+        kept, sim = near[0]
+        yield head, NEAR, kept, sim
+        for copy in joined[COPIES]:
+            yield copy, NEAR, kept, sim
+    else:
+        for copy in joined[COPIES]:
+            yield copy, EXACT, head, 1.0
+
+
+def _batch_key(batch):
+    g = batch.group
+    return (g.relpath, g.slice_index, -1 if g.part is None else g.part)
+
+
+def _apply(item):
+    """A batch without its removed records; each counted dropped for its kind's reason, with its tokens."""
+    key, joined = item
+    batches = list(joined["batch"])
+    removed = {(member, index): kind for member, index, kind in joined["removed"]}
+    if len(batches) != 1:
+        if batches or removed:
+            raise RuntimeError(f"deduplication: {len(batches)} batches of group {key}")
+        return
+    batch = batches[0]
+    if not removed:
+        yield batch
+        return
+    origins = batch.origins
+    kinds = [removed.get((origins.member(i), int(origins.index[i]))) for i in range(len(batch.tokens))]
+    if len(removed) != sum(k is not None for k in kinds):
+        raise RuntimeError(f"deduplication: records of group {key} to remove were not found in it")
+    counts, stats, source = batch.token_counts(), batch.stats, batch.group.source
+    for kind in (EXACT, NEAR):
+        mask = np.array([k == kind for k in kinds], dtype=bool)
+        if mask.any():
+            stats.add(f"dropped.{DROP_REASONS[kind]}", int(mask.sum()), source)
+            stats.add(f"{COUNTER_PREFIX}documents.{kind}", int(mask.sum()), source)
+            stats.add(f"{COUNTER_PREFIX}tokens.{kind}", int(counts[mask].sum()), source)
+    keep = np.array([i for i, k in enumerate(kinds) if k is None], dtype=np.int64)
+    yield batch.take(keep, batch.group, stats)
+
+
+def _own_lines(item):
+    """Removed records of one file, each with its line; keyed by the kept record's file."""
+    relpath, joined = item
+    units = list(joined["units"])
+    bases = line_bases(units) if units else {}
+    for node, kind, kept, sim in joined["removed"]:
+        yield kept[0], (node, record_line(relpath, node[3], unit_base(bases, node[1])), kind, kept, sim)
+
+
+def _kept_lines(item):
+    """The kept records' lines, and each removed record's listing line keyed by its own file."""
+    relpath, joined = item
+    units = list(joined["units"])
+    bases = line_bases(units) if units else {}
+    for node, line, kind, kept, sim in joined["removed"]:
+        kept_line = record_line(relpath, kept[3], unit_base(bases, kept[1]))
+        yield node[0], (node, listing_record(node, line, kind, kept, kept_line, sim))
+
+
+def _summary(listed: int, sizes: dict, settings: dict) -> dict:
+    return {"settings": settings, "listed": listed, "groups": sum(sizes.values()), "sizes": sizes}
+
+
+class DeduplicateDocuments(beam.PTransform):
+    """PCollection[TokenBatch | EncodedBatch] -> (the batches without their duplicates, a singleton summary for
+    data_params.json's `dedup`).
+
+    `dead_letters`: the reader's DeadLetterPart PCollection (the units' line counts number the listing's
+    records as the dead letters are numbered); `first_only`: a record's first array is its ids (a
+    conversation's, beside its masks), else all its arrays are (a prompt and completion, a preference pair).
+    """
+
+    def __init__(self, config: DedupConfig, output_dir: str, dead_letters, *, first_only: bool = False):
+        super().__init__()
+        self._config = config
+        self._output_dir = output_dir
+        self._dead_letters = dead_letters
+        self._first_only = first_only
+
+    def expand(self, batches):
+        cfg = self._config
+        # (Output types said: Beam infers a union with the tagged outputs', which is not a key-value pair.)
+        prints = batches | "Fingerprint" >> beam.ParDo(_Fingerprint(cfg, self._first_only)).with_output_types(
+            Tuple[Any, Any]).with_outputs(SIGS, main="keys")
+        families = (prints.keys | "GroupExact" >> beam.GroupByKey()
+                    | "Families" >> beam.FlatMap(_family).with_output_types(Tuple[Any, Any]).with_outputs(
+                        COPIES, main="bands"))
+        if cfg.kind == NEAR:
+            removals = self._near(families.bands, families[COPIES], prints[SIGS])
+        else:
+            removals = families[COPIES] | "ExactRemovals" >> beam.Map(lambda hc: (hc[1], EXACT, hc[0], 1.0))
+        kept_batches = (
+            {"batch": batches | "KeyBatches" >> beam.Map(lambda b: (_batch_key(b), b)),
+             "removed": removals | "ByBatch" >> beam.Map(lambda r: (batch_key_of(r[0]), (r[0][2], r[0][3], r[1])))}
+            | "JoinBatches" >> beam.CoGroupByKey()
+            | "RemoveDuplicates" >> beam.FlatMap(_apply))
+        return kept_batches, self._listing(removals)
+
+    def _near(self, bands, copies, sigs):
+        cfg = self._config
+        candidates = (bands | "GroupBuckets" >> beam.GroupByKey()
+                      | "BucketEdges" >> beam.FlatMap(lambda kv: bucket_edges(kv[1]))
+                      | "DistinctCandidates" >> beam.Distinct())
+        sent = ({SIGS: sigs, "head": candidates}
+                | "JoinMemberSignatures" >> beam.CoGroupByKey()
+                | "SendSignatures" >> beam.FlatMap(_send_signature))
+        edges = ({SIGS: sigs, "member": sent}
+                 | "JoinHeadSignatures" >> beam.CoGroupByKey()
+                 | "Verify" >> beam.FlatMap(_verify, cfg.threshold))
+        for r in range(ROUNDS):
+            edges = (edges
+                     | f"LargeStar{r}Ends" >> beam.FlatMap(_both_ends)
+                     | f"LargeStar{r}Group" >> beam.GroupByKey()
+                     | f"LargeStar{r}" >> beam.FlatMap(lambda kv: large_star(kv[0], kv[1]))
+                     | f"SmallStar{r}Down" >> beam.Map(lambda e: (max(e), min(e)))
+                     | f"SmallStar{r}Group" >> beam.GroupByKey()
+                     | f"SmallStar{r}" >> beam.FlatMap(lambda kv: small_star(kv[0], kv[1])))
+        labels = (edges
+                  | "Ends" >> beam.FlatMap(lambda e: [(e[0], ("down", e[1])), (e[1], ("up", e[0]))])
+                  | "GroupEnds" >> beam.GroupByKey()
+                  | "Labels" >> beam.FlatMap(_labels))
+        sent = ({SIGS: sigs, "kept": labels}
+                | "JoinRemovedSignatures" >> beam.CoGroupByKey()
+                | "SendToKept" >> beam.FlatMap(_kept_signature))
+        near = ({SIGS: sigs, "removed": sent}
+                | "JoinKeptSignatures" >> beam.CoGroupByKey()
+                | "SimilarityToKept" >> beam.FlatMap(_similarity_to_kept))
+        return ({NEAR: near, COPIES: copies}
+                | "JoinFamilies" >> beam.CoGroupByKey()
+                | "NearRemovals" >> beam.FlatMap(_removals))
+
+    def _listing(self, removals):
+        cfg = self._config
+        units = self._dead_letters | "UnitLines" >> beam.FlatMap(
+            lambda p: [(p.relpath, (p.first_group, p.end_group, p.lines))] if p.lines is not None else [])
+        own = ({"units": units, "removed": removals | "ByFile" >> beam.Map(lambda r: (r[0][0], r))}
+               | "JoinOwnLines" >> beam.CoGroupByKey()
+               | "OwnLines" >> beam.FlatMap(_own_lines))
+        records = ({"units": units, "removed": own}
+                   | "JoinKeptLines" >> beam.CoGroupByKey()
+                   | "KeptLines" >> beam.FlatMap(_kept_lines))
+        listed = (records
+                  | "GroupByFile" >> beam.GroupByKey()
+                  | "WriteListing" >> beam.Map(write_listing, self._output_dir)
+                  | "CountListed" >> beam.CombineGlobally(sum))
+        sizes = (removals
+                 | "ByKept" >> beam.Map(lambda r: (r[2], 1))
+                 | "GroupSizes" >> beam.CombinePerKey(sum)
+                 | "SizeBins" >> beam.Map(lambda kv: (size_bucket(kv[1] + 1), 1))
+                 | "CountBins" >> beam.CombinePerKey(sum))
+        settings = {"kind": cfg.kind, "seed": cfg.seed, "unit": "token ids"}
+        if cfg.kind == NEAR:
+            settings.update(threshold=cfg.threshold, shingle=cfg.shingle, bands=cfg.bands, rows=cfg.rows,
+                            rounds=ROUNDS)
+        return listed | "Summary" >> beam.Map(lambda n, s: _summary(n, dict(s), settings), pvalue.AsDict(sizes))
