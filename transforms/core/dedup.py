@@ -9,9 +9,11 @@ same bytes on every engine and worker count.
 
 Near duplicates, in the stage's steps:
 
-1. `signature`: MinHash over the record's shingle hashes, `bands * rows` universal hashes
-   ((a * x + b) mod 2^61 - 1, a and b below 2^32 so the product never overflows 64 bits), computed on numpy
-   arrays a block of shingles at a time (memory bounded whatever the record's length).
+1. `signature`: MinHash over the record's 32-bit shingle hashes, `bands * rows` hash functions of
+   Dietzfelbinger's multiply-add-shift family (the top 32 bits of a * x + b mod 2^64, a odd and b drawn from
+   the seed: strongly universal for 32-bit x, and three times as fast in numpy as (a * x + b) mod 2^61 - 1,
+   whose division dominated), computed on numpy arrays a block of shingles at a time (memory bounded whatever
+   the record's length).
 2. `band_keys`: one 64-bit key per band; records sharing a key are candidates (grouped by key, each bucket
    yielding the pairs of its first record with every other: a star, which connects the bucket as well as all
    its pairs would).
@@ -50,7 +52,6 @@ COUNTER_PREFIX = "dedup."  # Stats counters: dedup.documents.<kind>, dedup.token
 # A graph that has not converged after them fails the job, naming a node (`settled`): never a wrong answer.
 ROUNDS = 16
 
-MERSENNE = (1 << 61) - 1
 _MAX32 = (1 << 32) - 1
 EMPTY = np.uint32(_MAX32)  # every value of the signature of a record without shingles
 _BLOCK = 4096  # shingles hashed at a time: bands * rows * _BLOCK * 8 bytes at most (10 MB at 300 hashes)
@@ -115,11 +116,11 @@ def shingle_hashes(ids: np.ndarray, shingle: int) -> np.ndarray:
 
 
 def permutations(hashes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The (a, b) of `hashes` universal hash functions (a * x + b) mod 2^61 - 1, drawn from the seed: a in
-    [1, 2^32 - 1), b in [0, 2^32), so that a * x + b < 2^64 for every 32-bit x."""
+    """The (a, b) of `hashes` hash functions x -> (a * x + b mod 2^64) >> 32, drawn from the seed: a odd, a and b
+    64-bit."""
     rng = np.random.default_rng(derive_seed(seed, "dedup:minhash"))
-    a = rng.integers(1, _MAX32, size=hashes, dtype=np.uint64)
-    b = rng.integers(0, _MAX32 + 1, size=hashes, dtype=np.uint64)
+    a = rng.integers(0, 1 << 63, size=hashes, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    b = rng.integers(0, 1 << 64, size=hashes, dtype=np.uint64)
     return a, b
 
 
@@ -128,10 +129,12 @@ def signature(shingles: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     record without shingles."""
     out = np.full(len(a), EMPTY, dtype=np.uint32)
     shingles = np.asarray(shingles, dtype=np.uint64)
-    for start in range(0, len(shingles), _BLOCK):
-        block = shingles[start:start + _BLOCK, None]
-        values = ((block * a + b) % np.uint64(MERSENNE)) & np.uint64(_MAX32)
-        np.minimum(out, values.min(axis=0).astype(np.uint32), out=out)
+    with np.errstate(over="ignore"):  # the products wrap modulo 2^64, as the family is defined
+        for start in range(0, len(shingles), _BLOCK):
+            values = np.multiply(shingles[start:start + _BLOCK, None], a)
+            values += b
+            # The shift is monotone: the top bits of the minimum are the minimum of the top bits.
+            np.minimum(out, (values.min(axis=0) >> np.uint64(32)).astype(np.uint32), out=out)
     return out
 
 
