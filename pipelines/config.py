@@ -495,6 +495,8 @@ def _validate_dedup(v: dict) -> None:
     _require(0 < v["dedup_threshold"] <= 1, f"dedup_threshold: {v['dedup_threshold']!r} is not within (0, 1]")
     for name in ("dedup_shingle", "dedup_bands", "dedup_rows"):
         _require(v[name] >= 1, f"{name}: must be >= 1")
+    for name in ("dedup_index", "dedup_against"):
+        _require(not v[name] or bool(v["dedup"]), f"{name} needs dedup (exact or near)")
 
 
 def _validate_mixture(v: dict, sources: dict) -> Optional[MixtureSpec]:

@@ -26,7 +26,7 @@ from transforms.io.intermediate import MIXTURE_PLAN
 from transforms.core.modes import CONVERSATION, TEXT
 from transforms.stages.chat import EncodeConversations
 from transforms.stages.dead_letters import WriteDeadLetters
-from transforms.stages.dedup import DeduplicateDocuments
+from transforms.stages.dedup import DeduplicateDocuments, ReadDedupIndex
 from transforms.stages.hdf5_sink import EncodeRows, WriteHdf5Shards
 from transforms.stages.intermediate import STORED, SkipStoredGroups, StoreGroups
 from transforms.stages.manifest import MergeStats, WriteDatasetParams, WriteSplitParams
@@ -85,8 +85,12 @@ def _dedup(plan: JobPlan, tokens, dead_letter_parts):
     --dedup); returns (the records, the stage's summary or None)."""
     if plan.dedup is None:
         return tokens, None
-    return tokens | "Deduplicate" >> DeduplicateDocuments(plan.dedup, plan.output_dir, dead_letter_parts,
-                                                          first_only=plan.traits.record == CONVERSATION)
+    earlier = None
+    if plan.dedup_against is not None:
+        earlier = tokens.pipeline | "ReadDedupIndex" >> ReadDedupIndex(plan.dedup_against_parts)
+    return tokens | "Deduplicate" >> DeduplicateDocuments(
+        plan.dedup, plan.output_dir, dead_letter_parts, first_only=plan.traits.record == CONVERSATION,
+        earlier=earlier, against=plan.dedup_against, index_dir=plan.dedup_index, index_meta=plan.dedup_index_meta)
 
 
 def _select_mixture(plan: JobPlan) -> SelectMixture:

@@ -17,6 +17,7 @@ from pipelines.config import Config
 from pipelines.plan import JobPlan, UserError
 from transforms.io import fs
 from transforms.io.dead_letters import DEAD_LETTER_DIR
+from transforms.io.dedup_index import INDEX_FILE, PARTS_DIR
 from transforms.io.dedup_listing import DEDUP_DIR
 from transforms.io.manifest import PARAMS_FILE
 
@@ -27,7 +28,10 @@ JOB_FILE = "job.json"  # inside OUT/.tmp: the fingerprint of the configuration t
 
 
 def check_output_dir(config: Config, plan: JobPlan) -> None:
-    """An output directory that holds something: emptied (--overwrite_output), checked for resuming, or refused."""
+    """An output directory that holds something: emptied (--overwrite_output), checked for resuming, or refused.
+    So is a dedup index directory (--dedup_index)."""
+    if plan.dedup_index is not None:
+        _check_index_dir(config, plan.dedup_index)
     out = config.output_dir
     names = fs.listdir_names(out)
     if not names:
@@ -47,6 +51,22 @@ def check_output_dir(config: Config, plan: JobPlan) -> None:
     raise UserError(f"output_dir {out} is not empty ({len(names)} entries): pass --overwrite_output True "
                     "to replace the dataset in it, --resume_from_checkpoint True to finish an interrupted "
                     "run, or choose another directory")
+
+
+def _check_index_dir(config: Config, directory: str) -> None:
+    """An index directory already holding an index is replaced only with --overwrite_output (or finished on
+    resume: its parts are written again, the same bytes)."""
+    names = fs.listdir_names(directory)
+    if not names or config.resume_from_checkpoint:
+        return
+    if not config.overwrite_output:
+        raise UserError(f"dedup_index {directory} is not empty: pass --overwrite_output True to replace the index "
+                        "in it, or choose another directory")
+    for name in names:
+        if name == INDEX_FILE:
+            fs.remove_file(fs.join(directory, name))
+        elif name == PARTS_DIR:
+            fs.remove_tree(fs.join(directory, name))
 
 
 def _remove_dataset(directory: str, names: list[str]) -> None:

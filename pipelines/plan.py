@@ -20,7 +20,7 @@ from transforms.core.chat.batch import ChatConfig
 from transforms.core.features import KEY_PADDING_FEATURES
 from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core.modes import CONVERSATION, PAIR, TEXT, Mode, mode
-from transforms.core.dedup import DedupConfig
+from transforms.core.dedup import DedupConfig, index_problems, index_settings
 from transforms.core.mixture import MixturePlan, MixtureSpec
 from transforms.core.normalize import NormalizeConfig
 from transforms.core.pack import PackConfig
@@ -32,6 +32,7 @@ from transforms.core.tokenizer import TokenizerFiles, shared_tokenizer
 from transforms.core.vsl import VslConfig
 from transforms.io import fs
 from transforms.io.compressors import Codec
+from transforms.io.dedup_index import index_parts, read_index_meta
 from transforms.io.discover import discover_input_files, discover_source
 from transforms.io.hdf5_format import GZIP_LEVEL
 from transforms.io.hdf5_sink import RowFormat
@@ -108,6 +109,10 @@ class JobPlan:
     mixture_plan: Optional[MixturePlan] = None  # on resume: the plan the interrupted run kept
     txt_lines: bool = False  # a .txt file is a record per line (Cerebras 2.10's reading), else one document
     dedup: Optional[DedupConfig] = None  # duplicates removed after tokenizing (transforms.core.dedup); None: kept
+    dedup_index: Optional[str] = None  # where the kept records' keys and signatures go for a later job
+    dedup_index_meta: Optional[dict] = None  # its index.json: what they depend on
+    dedup_against: Optional[str] = None  # an earlier job's index, compared with
+    dedup_against_parts: tuple = ()  # its part files
 
     @property
     def features(self) -> tuple:
@@ -303,11 +308,31 @@ def plan_job(config: Config, runner: RunnerPlan = RunnerPlan(), changes: Optiona
         fan_out_bytes=runner.fan_out_bytes,
         process_cpus=runner.process_cpus,
         mixture_plan=runner.mixture_plan,
-        dedup=DedupConfig(config.dedup, threshold=config.dedup_threshold, shingle=config.dedup_shingle,
-                          bands=config.dedup_bands, rows=config.dedup_rows, seed=config.dedup_seed)
-        if config.dedup else None,
+        **_dedup_plan(config, tokenizer.fingerprint()),
     )
     return dataclasses.replace(plan, **changes) if changes else plan
+
+
+def _dedup_plan(config: Config, tokenizer: str) -> dict:
+    """The plan's dedup fields: the settings, this job's index, an earlier job's (checked it can serve)."""
+    if not config.dedup:
+        return {}
+    dedup = DedupConfig(config.dedup, threshold=config.dedup_threshold, shingle=config.dedup_shingle,
+                        bands=config.dedup_bands, rows=config.dedup_rows, seed=config.dedup_seed)
+    out = {"dedup": dedup}
+    if config.dedup_index:
+        out.update(dedup_index=config.dedup_index, dedup_index_meta=index_settings(dedup, tokenizer))
+    if config.dedup_against:
+        found = read_index_meta(config.dedup_against)
+        if found is None:
+            raise UserError(f"dedup_against: {config.dedup_against} holds no index.json: not an index a job wrote "
+                            "with --dedup_index, or its job did not finish")
+        problems = index_problems(found, dedup, tokenizer)
+        if problems:
+            raise UserError(f"dedup_against: the index in {config.dedup_against} cannot be compared with this job: "
+                            + "; ".join(problems))
+        out.update(dedup_against=config.dedup_against, dedup_against_parts=index_parts(config.dedup_against))
+    return out
 
 
 def _mixture_inputs(config: Config) -> tuple[MixtureSpec, list, list, tuple]:

@@ -139,6 +139,13 @@ class Settings:
         "0.991, one at 0.6 never a duplicate (below 1e-9)")
     dedup_rows: int = _s("processing", "int", 10, "MinHash values per LSH band")
     dedup_seed: int = _s("processing", "int", 0, "key of deduplication's hashes")
+    dedup_index: Optional[str] = _s("processing", "str", None,
+        "with dedup: write the kept records' keys and signatures to this directory (local or gs://), an index a "
+        "later job compares its own records with (dedup_against)")
+    dedup_against: Optional[str] = _s("processing", "str", None,
+        "with dedup: also remove the records that duplicate one an earlier job kept, from its dedup_index "
+        "directory (written with the same tokenizer and dedup settings); the earlier records are always the ones "
+        "kept, and are not written again")
     shuffle: bool = _s("processing", "bool", False, "globally shuffle the output sequences")
     shuffle_seed: int = _s("processing", "int", 0, "seed of the global shuffle")
     shuffle_strategy: Optional[str] = _s("processing", "str", "auto",

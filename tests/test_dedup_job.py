@@ -276,6 +276,7 @@ def test_a_job_without_dedup_says_nothing_of_it(planted, tmp_path):
     (["--dedup", "fuzzy"], "dedup: 'fuzzy' is not one of exact, near"),
     (["--dedup", "near", "--dedup_threshold", "0"], "dedup_threshold: 0.0 is not within (0, 1]"),
     (["--dedup", "near", "--dedup_bands", "0"], "dedup_bands: must be >= 1"),
+    (["--dedup_against", "idx"], "dedup_against needs dedup (exact or near)"),
 ])
 def test_bad_dedup_settings_are_refused_by_name(flags, message, tmp_path):
     from pipelines.config import ConfigError, load_config
@@ -389,3 +390,71 @@ def test_kill_and_resume_gives_the_uninterrupted_bytes(planted, tmp_path, split)
     assert resumed.get("post-process") == reference.get("post-process")
     assert resumed.get("outputs") == reference.get("outputs")
     assert resumed["run"]["groups_resumed"] >= 3
+
+
+def test_a_later_job_removes_what_an_earlier_jobs_index_holds(planted, near_job, tmp_path):
+    """a.jsonl and b.jsonl deduplicated with --dedup_index, then c.jsonl alone --dedup_against that index: c's
+    records removed as in the job over all three, kept records named in the earlier job's files, except a
+    chain's end, whose link (in b.jsonl, removed by the first job) is not in the index."""
+    full, _ = near_job
+    first, later = tmp_path / "first", tmp_path / "later"
+    first.mkdir()
+    later.mkdir()
+    for name in ("a.jsonl", "b.jsonl"):
+        (first / name).write_text((planted["root"] / "in" / name).read_text())
+    (later / "c.jsonl").write_text((planted["root"] / "in" / "c.jsonl").read_text())
+    index = tmp_path / "index"
+    made = run_job(_args(first, tmp_path / "out1", "--dedup", "near", "--dedup_index", str(index)))
+    meta = json.loads((index / "index.json").read_text())
+    assert meta["records"] == made["input"]["used"] and (meta["kind"], meta["bands"]) == ("near", 30)
+    params = run_job(_args(later, tmp_path / "out2", "--dedup", "near", "--dedup_against", str(index)))
+
+    def key(r):
+        return (r["file"], r["line"], r["kind"], r["kept"]["file"], r["kept"]["line"], r["similarity"])
+
+    got = _listing(tmp_path / "out2")
+    assert {r["kept"].get("index") for r in got} == {str(index)}
+    expected = {key(r) for r in _listing(full) if r["file"] == "c.jsonl"}
+    assert {key(r) for r in got} <= expected
+    missed = {(f, line) for f, line, *_ in expected - {key(r) for r in got}}
+    assert missed and all(planted["role"][m][0].startswith("chain") for m in missed)
+    assert params["dedup"]["against"] == len(got) == params["dedup"]["listed"]
+    assert _verify(tmp_path / "out2") == []
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--tokenizer_type", "NeoXTokenizer", "--encoder_file",
+      str(SHARED / "tokenizers" / "olmo-dolma2" / "tokenizer.json")], "its tokenizer is"),
+    (["--dedup_bands", "20"], "its bands is 30, this job's 20"),
+])
+def test_an_index_of_other_settings_is_refused(planted, tmp_path, capsys, flags, message):
+    from pipelines.create_hdf5_dataset import main
+
+    def refused(argv) -> str:
+        capsys.readouterr()
+        assert main(argv + RUNNER) == 2
+        return capsys.readouterr().err
+
+    index = tmp_path / "index"
+    run_job(_args(planted["root"] / "in", tmp_path / "out1", "--dedup", "near", "--dedup_index", str(index)))
+    # (The later flags replace the tokenizer's or add a setting; argparse keeps the last of a flag.)
+    assert message in refused(_args(planted["root"] / "in", tmp_path / "out2", "--dedup", "near",
+                                    "--dedup_against", str(index), *flags))
+    assert "holds no index.json" in refused(_args(planted["root"] / "in", tmp_path / "out3", "--dedup", "near",
+                                                  "--dedup_against", str(tmp_path / "nothing")))
+    assert "is not empty" in refused(_args(planted["root"] / "in", tmp_path / "out4", "--dedup", "near",
+                                           "--dedup_index", str(index)))
+
+
+def test_index_problems_name_each_difference():
+    from transforms.core.dedup import DedupConfig, index_problems, index_settings
+
+    near = index_settings(DedupConfig("near"), "tok")
+    assert index_problems(near, DedupConfig("near"), "tok") == []
+    assert index_problems(near, DedupConfig("exact"), "tok") == []  # a near index serves an exact job
+    exact = index_settings(DedupConfig("exact"), "tok")
+    assert index_problems(exact, DedupConfig("near"), "tok") == [
+        "its kind is 'exact', this job's 'near'", "its shingle is None, this job's 5",
+        "its bands is None, this job's 30", "its rows is None, this job's 10"]
+    assert index_problems(near, DedupConfig("near", seed=2), "other") == [
+        "its seed is 0, this job's 2", "its tokenizer is 'tok', this job's 'other'"]

@@ -41,7 +41,8 @@ from transforms.core.seeds import derive_seed, hash_key
 __all__ = ["DedupConfig", "exact_key", "shingle_hashes", "permutations", "signature", "band_keys", "similarity",
            "detection_probability", "large_star", "small_star", "star_round", "components", "union_find",
            "survivor", "EMPTY", "EXACT", "NEAR", "DROP_REASONS", "ROUNDS", "node_of", "batch_key_of", "fingerprint",
-           "bucket_edges", "settled", "record_line", "listing_record", "size_bucket", "dedup_section", "check_dedup"]
+           "bucket_edges", "settled", "record_line", "listing_record", "size_bucket", "dedup_section", "check_dedup",
+           "EARLIER", "THIS_JOB", "earlier_node", "index_settings", "index_problems"]
 
 EXACT, NEAR = "exact", "near"
 # How a removed record is counted among the dropped (input.dropped_by_reason): one reason per kind.
@@ -254,20 +255,28 @@ def survivor(identities: Sequence[tuple[str, int]]) -> Optional[tuple[str, int]]
 
 # ------------------------------------------------------------------- the stage's records
 
-# A record's stable identity, a node of the duplicate graph: (path relative to the input, packing group, tar
-# member or "", Document.index, output part or -1). Tuples compare in file order (the group, then the record
-# within it), whatever unit read them; the part, a function of the content, comes last and never decides.
+# A record's stable identity, a node of the duplicate graph: (origin, path relative to the input, packing group,
+# tar member or "", Document.index, output part or -1). Tuples compare in file order (the group, then the record
+# within it), whatever unit read them; the part, a function of the content, comes last and never decides. A
+# record of an earlier job's index (--dedup_against) has origin EARLIER, so that it is always the one kept, and
+# its file line in place of group and index.
 Node = tuple
+EARLIER, THIS_JOB = 0, 1
 
 
 def node_of(group, member: str, index: int) -> Node:
     """The identity of a record of `group` (a GroupId)."""
-    return (group.relpath, group.slice_index, member, int(index), -1 if group.part is None else group.part)
+    return (THIS_JOB, group.relpath, group.slice_index, member, int(index), -1 if group.part is None else group.part)
+
+
+def earlier_node(relpath: str, member: str, line: int) -> Node:
+    """The identity of a record an earlier job's index holds (its file line, as its listing would name it)."""
+    return (EARLIER, relpath, 0, member, int(line), -1)
 
 
 def batch_key_of(node: Node) -> tuple:
     """The key of the batch a record is in: (relpath, packing group, part), as `GroupId` has them."""
-    return (node[0], node[1], node[4])
+    return (node[1], node[2], node[5])
 
 
 def fingerprint(arrays: Sequence[np.ndarray], config: DedupConfig, perms) -> tuple[bytes, Optional[np.ndarray]]:
@@ -308,14 +317,37 @@ def unit_base(bases: dict, group: int) -> int:
     return bases[firsts[bisect.bisect_right(firsts, group) - 1]]
 
 
-def listing_record(node: Node, line: int, kind: str, kept: Node, kept_line: int, similarity: float) -> dict:
-    """One line of OUT/dedup/: the removed record, why, and the record kept in its place."""
-    out = {"file": node[0], "line": line, "kind": kind,
-           "kept": {"file": kept[0], "line": kept_line, **({"member": kept[2]} if kept[2] else {})},
-           "similarity": round(similarity, 4)}
-    if node[2]:
-        out["member"] = node[2]
+def listing_record(node: Node, line: int, kind: str, kept: Node, kept_line: int, similarity: float,
+                   earlier: Optional[str] = None) -> dict:
+    """One line of OUT/dedup/: the removed record, why, and the record kept in its place (`earlier`: the index
+    directory of the job that kept it, when it is an earlier job's)."""
+    where = {"file": kept[1], "line": kept_line, **({"member": kept[3]} if kept[3] else {})}
+    if kept[0] == EARLIER:
+        where["index"] = earlier
+    out = {"file": node[1], "line": line, "kind": kind, "kept": where, "similarity": round(similarity, 4)}
+    if node[3]:
+        out["member"] = node[3]
     return out
+
+
+def index_settings(config: DedupConfig, tokenizer: str) -> dict:
+    """What an index's signatures depend on (OUT's --dedup_index, index.json): a later job compares only with an
+    index of the same."""
+    out = {"kind": config.kind, "seed": config.seed, "tokenizer": tokenizer}
+    if config.kind == NEAR:
+        out.update(shingle=config.shingle, bands=config.bands, rows=config.rows)
+    return out
+
+
+def index_problems(found: Mapping, config: DedupConfig, tokenizer: str) -> list[str]:
+    """Why an index (its index.json) cannot serve a job deduplicating with `config`: [] when it can. An index of
+    near signatures serves an exact job too; an exact one, only an exact job."""
+    want = index_settings(config, tokenizer)
+    if config.kind == EXACT and found.get("kind") == NEAR:
+        want = {**index_settings(DedupConfig(NEAR, seed=config.seed), tokenizer),
+                **{k: found.get(k) for k in ("shingle", "bands", "rows")}}
+    return [f"its {key} is {found.get(key)!r}, this job's {value!r}" for key, value in want.items()
+            if found.get(key) != value]
 
 
 def size_bucket(size: int) -> str:
@@ -341,6 +373,8 @@ def dedup_section(summary: dict, stats) -> dict:
     if removed != summary["listed"]:
         raise RuntimeError(f"dedup: {removed} records removed, {summary['listed']} listed")
     out["listed"] = summary["listed"]
+    if "against" in summary:  # removed as duplicates of records an earlier job kept
+        out["against"] = summary["against"]
     out["duplicate_groups"] = summary["groups"]
     out["group_sizes"] = dict(sorted(summary["sizes"].items(), key=lambda kv: int(kv[0].split("-")[0])))
     out["per_source"] = {src: block(c) for src, c in sorted(stats.sources.items())

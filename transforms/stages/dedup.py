@@ -19,21 +19,23 @@ logic is transforms/core/dedup.py's.
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 import apache_beam as beam
 import numpy as np
 from apache_beam import pvalue
 
-from transforms.core.dedup import (COUNTER_PREFIX, DROP_REASONS, EXACT, NEAR, ROUNDS, DedupConfig, band_keys,
+from transforms.core.dedup import (COUNTER_PREFIX, DROP_REASONS, EARLIER, EXACT, NEAR, ROUNDS, THIS_JOB,
+                                   DedupConfig, band_keys,
                                    batch_key_of, bucket_edges, fingerprint, large_star, listing_record, node_of,
                                    permutations, record_line, settled, similarity, size_bucket, small_star,
                                    unit_base)
 from transforms.core.units import line_bases
+from transforms.io.dedup_index import read_index_part, write_index_meta, write_index_part
 from transforms.io.dedup_listing import write_listing
 from transforms.stages import coders  # noqa: F401  (registers the batches' coder)
 
-__all__ = ["DeduplicateDocuments"]
+__all__ = ["DeduplicateDocuments", "ReadDedupIndex"]
 
 SIGS, COPIES = "sigs", "copies"
 
@@ -113,7 +115,7 @@ def _labels(item):
         (down if direction == "down" else up).append(other)
     if not settled(down, up):
         raise RuntimeError(f"deduplication: the duplicate graph did not settle in {ROUNDS} star rounds (at "
-                           f"{node[0]}, group {node[1]}, record {node[3]}); please report it")
+                           f"{node[1]}, group {node[2]}, record {node[4]}); please report it")
     if down:
         yield node, down[0]
 
@@ -187,17 +189,59 @@ def _own_lines(item):
     units = list(joined["units"])
     bases = line_bases(units) if units else {}
     for node, kind, kept, sim in joined["removed"]:
-        yield kept[0], (node, record_line(relpath, node[3], unit_base(bases, node[1])), kind, kept, sim)
+        yield kept[1], (node, record_line(relpath, node[4], unit_base(bases, node[2])), kind, kept, sim)
 
 
-def _kept_lines(item):
-    """The kept records' lines, and each removed record's listing line keyed by its own file."""
+def _kept_lines(item, earlier: Optional[str]):
+    """The kept records' lines (an earlier job's record has its own), and each removed record's listing line
+    keyed by its own file."""
     relpath, joined = item
     units = list(joined["units"])
     bases = line_bases(units) if units else {}
     for node, line, kind, kept, sim in joined["removed"]:
-        kept_line = record_line(relpath, kept[3], unit_base(bases, kept[1]))
-        yield node[0], (node, listing_record(node, line, kind, kept, kept_line, sim))
+        kept_line = kept[4] if kept[0] == EARLIER else record_line(relpath, kept[4], unit_base(bases, kept[2]))
+        yield node[1], (node, listing_record(node, line, kind, kept, kept_line, sim, earlier))
+
+
+def _line_of(item):
+    """This job's kept records of one file, keyed by their packing group, each with its line."""
+    relpath, joined = item
+    units = list(joined["units"])
+    bases = line_bases(units) if units else {}
+    for node, exact, bands, sig in joined["kept"]:
+        yield (relpath, node[2]), (node[3], record_line(relpath, node[4], unit_base(bases, node[2])), exact,
+                                   bands, sig)
+
+
+def _survivor(item):
+    """A record of this job that no duplicate removed: (relpath, (node, exact key, band keys, signature))."""
+    node, joined = item
+    if node[0] != THIS_JOB or list(joined["removed"]):
+        return
+    exact, bands = next(iter(joined["print"]))
+    sigs = list(joined[SIGS])
+    yield node[1], (node, exact, bands, sigs[0] if sigs else None)
+
+
+def _earlier_records(path: str):
+    for kind, value in read_index_part(path):
+        yield value if kind == "key" else pvalue.TaggedOutput(SIGS, value)
+
+
+class ReadDedupIndex(beam.PTransform):
+    """PBegin -> {keys: (exact key, (node, band keys)), SIGS: (node, signature)} of an earlier job's index parts
+    (transforms.io.dedup_index), as DeduplicateDocuments' `earlier`."""
+
+    def __init__(self, parts: tuple):
+        super().__init__()
+        self._parts = tuple(parts)
+
+    def expand(self, pbegin):
+        return (pbegin
+                | "IndexParts" >> beam.Create(self._parts)
+                | "SpreadParts" >> beam.Reshuffle()
+                | "ReadParts" >> beam.FlatMap(_earlier_records).with_output_types(Tuple[Any, Any]).with_outputs(
+                    SIGS, main="keys"))
 
 
 def _summary(listed: int, sizes: dict, settings: dict) -> dict:
@@ -213,31 +257,68 @@ class DeduplicateDocuments(beam.PTransform):
     conversation's, beside its masks), else all its arrays are (a prompt and completion, a preference pair).
     """
 
-    def __init__(self, config: DedupConfig, output_dir: str, dead_letters, *, first_only: bool = False):
+    def __init__(self, config: DedupConfig, output_dir: str, dead_letters, *, first_only: bool = False,
+                 earlier=None, against: Optional[str] = None, index_dir: Optional[str] = None,
+                 index_meta: Optional[dict] = None):
+        """earlier: the records of an earlier job's index (ReadDedupIndex), `against` its directory; index_dir:
+        where this job's kept records go for a later job (`index_meta`: its index.json)."""
         super().__init__()
         self._config = config
         self._output_dir = output_dir
         self._dead_letters = dead_letters
         self._first_only = first_only
+        self._earlier = earlier
+        self._against = against
+        self._index_dir = index_dir
+        self._index_meta = index_meta
 
     def expand(self, batches):
         cfg = self._config
         # (Output types said: Beam infers a union with the tagged outputs', which is not a key-value pair.)
         prints = batches | "Fingerprint" >> beam.ParDo(_Fingerprint(cfg, self._first_only)).with_output_types(
             Tuple[Any, Any]).with_outputs(SIGS, main="keys")
-        families = (prints.keys | "GroupExact" >> beam.GroupByKey()
+        keys, sigs = prints.keys, prints[SIGS]
+        if self._earlier is not None:  # an earlier job's kept records: compared with, never removed or written
+            keys = (keys, self._earlier.keys) | "WithEarlierKeys" >> beam.Flatten()
+            sigs = (sigs, self._earlier[SIGS]) | "WithEarlierSignatures" >> beam.Flatten()
+        families = (keys | "GroupExact" >> beam.GroupByKey()
                     | "Families" >> beam.FlatMap(_family).with_output_types(Tuple[Any, Any]).with_outputs(
                         COPIES, main="bands"))
         if cfg.kind == NEAR:
-            removals = self._near(families.bands, families[COPIES], prints[SIGS])
+            removals = self._near(families.bands, families[COPIES], sigs)
         else:
             removals = families[COPIES] | "ExactRemovals" >> beam.Map(lambda hc: (hc[1], EXACT, hc[0], 1.0))
+        if self._earlier is not None:  # (an earlier job's records are there to be kept, not removed)
+            removals = removals | "OfThisJob" >> beam.Filter(lambda r: r[0][0] == THIS_JOB)
         kept_batches = (
             {"batch": batches | "KeyBatches" >> beam.Map(lambda b: (_batch_key(b), b)),
-             "removed": removals | "ByBatch" >> beam.Map(lambda r: (batch_key_of(r[0]), (r[0][2], r[0][3], r[1])))}
+             "removed": removals | "ByBatch" >> beam.Map(lambda r: (batch_key_of(r[0]), (r[0][3], r[0][4], r[1])))}
             | "JoinBatches" >> beam.CoGroupByKey()
             | "RemoveDuplicates" >> beam.FlatMap(_apply))
-        return kept_batches, self._listing(removals)
+        units = self._dead_letters | "UnitLines" >> beam.FlatMap(
+            lambda p: [(p.relpath, (p.first_group, p.end_group, p.lines))] if p.lines is not None else [])
+        summary = self._listing(removals, units)
+        if self._index_dir is not None:
+            summary = self._write_index(prints, removals, units, summary)
+        return kept_batches, summary
+
+    def _write_index(self, prints, removals, units, summary):
+        """This job's kept records (their keys, band keys and signatures, and file lines) in index_dir, for a
+        later job's --dedup_against; index.json last, with the summary, once every part is written."""
+        survivors = ({"print": prints.keys | "PrintByNode" >> beam.Map(lambda kv: (kv[1][0], (kv[0], kv[1][1]))),
+                      SIGS: prints[SIGS],
+                      "removed": removals | "RemovedByNode" >> beam.Map(lambda r: (r[0], None))}
+                     | "JoinSurvivors" >> beam.CoGroupByKey()
+                     | "Survivors" >> beam.FlatMap(_survivor))
+        written = ({"units": units, "kept": survivors}
+                   | "JoinIndexLines" >> beam.CoGroupByKey()
+                   | "IndexLines" >> beam.FlatMap(_line_of)
+                   | "GroupIndexParts" >> beam.GroupByKey()
+                   | "WriteIndexParts" >> beam.Map(write_index_part, self._index_dir)
+                   | "CountIndexed" >> beam.CombineGlobally(sum))
+        return summary | "WriteIndexMeta" >> beam.Map(
+            lambda s, n: {**s, "indexed": write_index_meta(self._index_dir, self._index_meta, n)},
+            pvalue.AsSingleton(written))
 
     def _near(self, bands, copies, sigs):
         cfg = self._config
@@ -272,16 +353,14 @@ class DeduplicateDocuments(beam.PTransform):
                 | "JoinFamilies" >> beam.CoGroupByKey()
                 | "NearRemovals" >> beam.FlatMap(_removals))
 
-    def _listing(self, removals):
+    def _listing(self, removals, units):
         cfg = self._config
-        units = self._dead_letters | "UnitLines" >> beam.FlatMap(
-            lambda p: [(p.relpath, (p.first_group, p.end_group, p.lines))] if p.lines is not None else [])
-        own = ({"units": units, "removed": removals | "ByFile" >> beam.Map(lambda r: (r[0][0], r))}
+        own = ({"units": units, "removed": removals | "ByFile" >> beam.Map(lambda r: (r[0][1], r))}
                | "JoinOwnLines" >> beam.CoGroupByKey()
                | "OwnLines" >> beam.FlatMap(_own_lines))
         records = ({"units": units, "removed": own}
                    | "JoinKeptLines" >> beam.CoGroupByKey()
-                   | "KeptLines" >> beam.FlatMap(_kept_lines))
+                   | "KeptLines" >> beam.FlatMap(_kept_lines, self._against))
         listed = (records
                   | "GroupByFile" >> beam.GroupByKey()
                   | "WriteListing" >> beam.Map(write_listing, self._output_dir)
@@ -295,4 +374,13 @@ class DeduplicateDocuments(beam.PTransform):
         if cfg.kind == NEAR:
             settings.update(threshold=cfg.threshold, shingle=cfg.shingle, bands=cfg.bands, rows=cfg.rows,
                             rounds=ROUNDS)
-        return listed | "Summary" >> beam.Map(lambda n, s: _summary(n, dict(s), settings), pvalue.AsDict(sizes))
+        if self._against is not None:
+            settings["against_index"] = self._against
+        if self._index_dir is not None:
+            settings["index"] = self._index_dir
+        summary = listed | "Summary" >> beam.Map(lambda n, s: _summary(n, dict(s), settings), pvalue.AsDict(sizes))
+        if self._against is None:
+            return summary
+        against = (removals | "KeptEarlier" >> beam.Filter(lambda r: r[2][0] == EARLIER)
+                   | "CountAgainst" >> beam.combiners.Count.Globally())
+        return summary | "WithAgainst" >> beam.Map(lambda s, n: {**s, "against": n}, pvalue.AsSingleton(against))
