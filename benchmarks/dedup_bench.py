@@ -37,13 +37,31 @@
    the removed (file, line) sets, as removed and after mapping each tool's removals in a planted family onto the
    same members (so that keep rules do not count).
 
+Multilingual mode (issue #46: shingles must work for text without spaces): a corpus whose records carry a `lang`
+label (and `script`), e.g. `--corpus ../shared/corpora/bench/multilingual_natural.jsonl.zst` (55 languages), is
+planted the same way with three differences. (a) The distinct documents are drawn evenly over the languages
+(round robin, as far as a language has documents), and so are the copies and near misses. (b) A "word" is a
+whole sentence in Chinese, Japanese or Thai, so near copies are not made by word replacement: an edit of the
+same size in every script replaces a share of the *letters* (str.isalpha) in place, in spans of 3 consecutive
+letters, each by a letter of the same Unicode class (script, and case where the script has it: Latin stays
+Latin, kana stays kana) drawn from the language's own letter frequencies; whitespace, punctuation, digits and
+combining marks stay. Near copies: 1 or 2 % of the letters (character 5-gram Jaccard about 0.95 and 0.9;
+`--near-jaccard LO-HI` then means a character 5-gram Jaccard drawn from LO-HI); near misses: enough letters
+(10 to 20 %) for a character 5-gram Jaccard of 0.45 to 0.65. Near copies and misses are made of documents of
+at least 400 letters. (c) The report adds, per language and per script group (the corpus's `script`, Han,
+kana and Hangul grouped as CJK), the measured Jaccards of the planted pairs (character 5-grams, our token
+5-grams: the job's tokenizer and transforms.core.dedup.shingle_hashes, and \\w+ word 5-grams), the largest token
+5-gram Jaccard between unrelated documents of the language, and each tool's recall on the near and exact
+families and its removed near misses and other (unplanted) records. `--tokenizer` gives our job (and the token
+Jaccards) another tokenizer, e.g. a multilingual Hugging Face one (a local directory or hub name).
+
 Unless `--no-startup`, each command is also timed on one short document, and throughput is shown net of
 start-up, which weighs heavily on a few thousand documents. Shared machines are noisy: `--repeat` runs every
 command that many times and shows medians.
 
     python benchmarks/dedup_bench.py [--corpus ../shared/corpora/bench/en_natural.jsonl.zst] [--docs 4000]
                                      [--near-jaccard 0.85-0.95] [--repeat 3] [--peers datatrove,datasketch]
-                                     [--no-startup] [--keep]
+                                     [--no-startup] [--keep] [--tokenizer gpt2|HF_DIR_OR_NAME]
 """
 
 from __future__ import annotations
@@ -62,7 +80,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
+import unicodedata
+from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,6 +96,13 @@ RATIO_TARGET = 0.6  # the job with --dedup near against the job without (through
 PEER_TARGET = ("datatrove", 3.0)  # our dedup's throughput per core against datatrove's
 WORD = re.compile(r"\w+")
 ALPHA = re.compile(r"[A-Za-z]{2,}")
+# Multilingual mode (a corpus with `lang` labels): edits by letters, the same size in every script.
+SPAN = 3  # letters replaced in a row
+NEAR_SHARES = (0.01, 0.02)  # of a near copy's letters (as the English mode's one or two words)
+MISS_CHAR_JACCARD = (0.45, 0.65)  # character 5-gram Jaccard of a near miss with its original
+NEAR_MIN_LETTERS = 400  # near copies and near misses are made of documents at least this long (in letters)
+UNRELATED_PAIRS = 5  # pairs of unrelated documents per language whose token 5-gram Jaccard is measured
+CJK_SCRIPTS = {"Han (Simplified)", "Han (Traditional)", "Japanese (Han+Kana)", "Hangul"}
 
 LAUNCHER = r"""
 import os, subprocess, sys, time
@@ -90,12 +116,102 @@ sys.exit(os.waitstatus_to_exitcode(status))
 
 # ---------------------------------------------------------------------------------------------------------- corpus
 def read_corpus(corpus: Path) -> list[str]:
+    return read_labelled(corpus)[0]
+
+
+def read_labelled(corpus: Path) -> tuple[list[str], list[tuple[str, str]] | None]:
+    """The texts and, when every record has a `lang` label, each one's (lang, script group); else None."""
     import zstandard
 
     opener = (lambda p: zstandard.ZstdDecompressor().stream_reader(open(p, "rb"))) \
         if corpus.suffix == ".zst" else (lambda p: open(p, "rb"))
+    texts, labels = [], []
     with opener(corpus) as raw:
-        return [json.loads(line)["text"] for line in io.BufferedReader(raw, 1 << 20) if line.strip()]
+        for line in io.BufferedReader(raw, 1 << 20):
+            if line.strip():
+                row = json.loads(line)
+                texts.append(row["text"])
+                labels.append((row["lang"], script_group(row.get("script"), row["text"])) if "lang" in row else None)
+    return texts, (labels if labels and all(labels) else None)
+
+
+def script_group(script: str | None, text: str) -> str:
+    """The corpus's script label, Han, kana and Hangul grouped as CJK; without a label, the Unicode class of
+    most of the text's letters."""
+    if not script:
+        counts = Counter(letter_class(ch).split(" ")[0] for ch in text if ch.isalpha())
+        script = counts.most_common(1)[0][0].title() if counts else "none"
+        return "CJK" if script in ("Cjk", "Hiragana", "Katakana", "Hangul") else script
+    return "CJK" if script in CJK_SCRIPTS else script
+
+
+def letter_class(ch: str) -> str:
+    """A letter's Unicode class for replacements: its script (the first word of its name: LATIN, CYRILLIC, CJK,
+    HIRAGANA, THAI, DEVANAGARI...) and, where the script has case, CAPITAL."""
+    name = unicodedata.name(ch, "?")
+    return name.split(" ")[0] + (" CAPITAL" if " CAPITAL " in name else "")
+
+
+def letter_pools(texts: list[str]) -> dict:
+    """{letter class: (letters, cumulative weights)} of these texts, for drawing replacement letters."""
+    counts = defaultdict(Counter)
+    for text in texts:
+        for ch in text:
+            if ch.isalpha():
+                counts[letter_class(ch)][ch] += 1
+    pools = {}
+    for cls, counter in counts.items():
+        letters = sorted(counter)
+        total, cum = 0, []
+        for ch in letters:
+            total += counter[ch]
+            cum.append(total)
+        pools[cls] = (letters, cum)
+    return pools
+
+
+def letters_for(target: float) -> float:
+    """The share of letters to replace, in spans of SPAN, for about `target` character 5-gram Jaccard: each span
+    breaks SPAN + 4 of the 5-grams, so a share s keeps about exp(-s (SPAN + 4) / SPAN) of them, k, and the
+    Jaccard is k / (2 - k)."""
+    return -math.log(2 * target / (1 + target)) * SPAN / (SPAN + 4)
+
+
+def replace_letters(text: str, share: float, pools: dict, rng: random.Random) -> str:
+    """About `share` of the text's letters replaced in place, in spans of SPAN letters (at least one span), each
+    letter by another of its class from `pools`; everything that is not a letter stays."""
+    pos = [i for i, ch in enumerate(text) if ch.isalpha()]
+    blocks = len(pos) // SPAN
+    if not blocks:
+        return text
+    chars = list(text)
+    for b in rng.sample(range(blocks), min(blocks, max(1, round(share * len(pos) / SPAN)))):
+        for i in pos[b * SPAN:(b + 1) * SPAN]:
+            letters, cum = pools.get(letter_class(chars[i]), ((), ()))
+            if len(letters) < 2:
+                continue
+            new = chars[i]
+            while new == chars[i]:
+                new = rng.choices(letters, cum_weights=cum)[0]
+            chars[i] = new
+    return "".join(chars)
+
+
+def char_jaccard(a: str, b: str, n: int = 5) -> float:
+    x = {a[i:i + n] for i in range(max(1, len(a) - n + 1))}
+    y = {b[i:i + n] for i in range(max(1, len(b) - n + 1))}
+    return len(x & y) / len(x | y) if x | y else 1.0
+
+
+def token_jaccard(tokenizer, a: str, b: str, n: int = 5) -> float:
+    """The Jaccard of our shingles (n consecutive token ids of the job's tokenizer, transforms.core.dedup)."""
+    import numpy as np
+
+    from transforms.core.dedup import shingle_hashes
+
+    x, y = (shingle_hashes(ids, n) for ids in tokenizer.encode_batch([a, b]))
+    union = len(np.union1d(x, y))
+    return len(np.intersect1d(x, y)) / union if union else 1.0
 
 
 def word_jaccard(a: str, b: str, n: int = 5) -> float:
@@ -170,6 +286,85 @@ def plant(texts: list[str], docs: int, seed: int, out_dir: Path, near_jaccard: t
             "bytes": sum(len(t.encode("utf-8")) for t, _, _ in records)}
 
 
+def plant_multilingual(texts: list[str], labels: list[tuple[str, str]], docs: int, seed: int, out_dir: Path,
+                       tokenizer, near_jaccard: tuple | None = None) -> dict:
+    """`plant` for a corpus with language labels (see the module's docstring): the truth's records, and per
+    record its (lang, script group) in "labels", the measured Jaccards of each planted pair in "pairs"."""
+    rng = random.Random(seed)
+    n_copies = {kind: round(docs * share) for kind, share in SHARES.items()}
+    n_src = docs - sum(n_copies.values())
+    if n_src > len(texts):
+        raise SystemExit(f"--docs {docs} needs {n_src} distinct documents; the corpus has {len(texts)}")
+    by_lang = defaultdict(list)
+    for i, (lang, _) in enumerate(labels):
+        by_lang[lang].append(i)
+    langs = sorted(by_lang)
+    rng.shuffle(langs)
+    for lang in langs:
+        rng.shuffle(by_lang[lang])
+    src, taken = [], defaultdict(int)  # round robin over the languages, as far as each has documents
+    while len(src) < n_src:
+        for lang in langs:
+            if taken[lang] < len(by_lang[lang]) and len(src) < n_src:
+                src.append(by_lang[lang][taken[lang]])
+                taken[lang] += 1
+    src_of = defaultdict(list)
+    for i in src:
+        src_of[labels[i][0]].append(i)
+    long_of = {lang: [i for i in ids if sum(ch.isalpha() for ch in texts[i]) >= NEAR_MIN_LETTERS]
+               for lang, ids in src_of.items()}
+    pools = {lang: letter_pools([texts[i] for i in ids]) for lang, ids in src_of.items()}
+    records = [(texts[i], "original", i, i) for i in src]  # (text, role, family, source)
+    pairs = []  # (kind, lang, group, char J, token J, word J)
+
+    def measure(kind, i, other):
+        lang, group = labels[i]
+        pairs.append((kind, lang, group, char_jaccard(texts[i], other), token_jaccard(tokenizer, texts[i], other),
+                      word_jaccard(texts[i], other)))
+
+    def cycle(pool):  # languages in turn, forever
+        while True:
+            yield from [lang for lang in langs if pool.get(lang)]
+
+    langs_src = cycle(src_of)
+    for _ in range(n_copies["exact"]):
+        i = rng.choice(src_of[next(langs_src)])
+        records.append((texts[i], "exact", i, i))
+    langs_long = cycle(long_of)
+    if n_copies["near"] + n_copies["miss"] and not any(long_of.values()):
+        raise SystemExit(f"no document of at least {NEAR_MIN_LETTERS} letters to make near copies of")
+    for _ in range(n_copies["near"]):
+        i = rng.choice(long_of[next(langs_long)])
+        share = letters_for(rng.uniform(*near_jaccard)) if near_jaccard else rng.choice(NEAR_SHARES)
+        copy = replace_letters(texts[i], share, pools[labels[i][0]], rng)
+        measure("near", i, copy)
+        records.append((copy, "near", i, i))
+    for k in range(n_copies["miss"]):
+        i = rng.choice(long_of[next(langs_long)])
+        miss = replace_letters(texts[i], letters_for(rng.uniform(*MISS_CHAR_JACCARD)), pools[labels[i][0]], rng)
+        measure("miss", i, miss)
+        records.append((miss, "miss", -1 - k, i))
+    for lang in langs:  # how near unrelated documents of one language look (e.g. shingles of a few characters)
+        ids = src_of.get(lang, [])
+        for _ in range(min(UNRELATED_PAIRS, len(ids) * (len(ids) - 1) // 2)):
+            a, b = rng.sample(ids, 2)
+            measure("unrelated", a, texts[b])
+    rng.shuffle(records)
+    out_dir.mkdir(parents=True)
+    truth, record_labels = [], {}
+    for f in range(math.ceil(len(records) / DOCS_PER_FILE)):
+        name = f"part-{f:03d}.jsonl"
+        chunk = records[f * DOCS_PER_FILE:(f + 1) * DOCS_PER_FILE]
+        with open(out_dir / name, "w", encoding="utf-8") as dst:
+            for line, (text, role, family, source) in enumerate(chunk, 1):
+                dst.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
+                truth.append((name, line, role, family))
+                record_labels[(name, line)] = labels[source]
+    return {"records": truth, "jaccards": {kind: [p[3] for p in pairs if p[0] == kind] for kind in ("near", "miss")},
+            "n_copies": n_copies, "bytes": sum(len(r[0].encode("utf-8")) for r in records), "pairs": pairs,
+            "labels": record_labels}
+
+
 # ------------------------------------------------------------------------------------------------------- scoring
 def score(removed: set, truth: dict) -> dict:
     """Removals against the planted families, whichever member a tool keeps (see the module's docstring)."""
@@ -202,6 +397,31 @@ def score(removed: set, truth: dict) -> dict:
         "other_removed": sum(1 for k in removed if role_of.get(k) == "original" and len(members[family_of[k]]) == 1)
         + unknown,
     }
+
+
+def score_groups(removed: set, truth: dict, key) -> dict:
+    """Per group of records (key(label) of each record's (lang, script group)): [right, expected] removals in
+    the families with near copies and in those with exact copies only, [removed, planted] near misses and
+    [removed, present] other records (unplanted singletons), and families lost."""
+    label_of = truth["labels"]
+    members = defaultdict(list)
+    for f, l, role, fam in truth["records"]:
+        members[fam].append(((f, l), role))
+    out = defaultdict(lambda: {"near": [0, 0], "exact": [0, 0], "miss": [0, 0], "other": [0, 0], "lost": 0})
+    for fam, m in members.items():
+        group = key(label_of[m[0][0]])
+        hit = sum(1 for k, _ in m if k in removed)
+        roles = {role for _, role in m}
+        if len(m) > 1:
+            kind = "near" if "near" in roles else "exact"
+            out[group][kind][0] += min(hit, len(m) - 1)
+            out[group][kind][1] += len(m) - 1
+            out[group]["lost"] += hit >= len(m)
+        else:
+            kind = "miss" if "miss" in roles else "other"
+            out[group][kind][0] += hit
+            out[group][kind][1] += 1
+    return dict(out)
 
 
 def canonical(removed: set, truth: dict) -> set:
@@ -242,17 +462,38 @@ def timed(cmd: list[str], stderr_path: Path) -> dict:
     return {"wall": float(wall), "cpu": float(cpu), "rss_mb": int(rss) / 1024}
 
 
-def job_command(input_dir: Path, out: Path, dedup: bool, msl: int) -> list[str]:
+def tokenizer_args(tokenizer: str) -> list[str]:
+    """The job's tokenizer flags: `gpt2` (the repository's GPT-2 files) or a Hugging Face tokenizer (a local
+    directory or a hub name), e.g. a multilingual one."""
+    if tokenizer == "gpt2":
+        return ["--tokenizer_type", "GPT2Tokenizer",
+                "--vocab_file", str(GPT2 / "vocab.bpe"), "--encoder_file", str(GPT2 / "encoder.json")]
+    return ["--tokenizer_type", "HuggingFaceTokenizer", "--huggingface_tokenizer", tokenizer]
+
+
+def load_tokenizer(tokenizer: str):
+    """The job's tokenizer in this process (as the job builds it from `tokenizer_args`), for token Jaccards."""
+    from transforms.core.tokenizer import shared_tokenizer
+    from transforms.io.tokenizer_files import read_tokenizer_files
+
+    if tokenizer == "gpt2":
+        files = read_tokenizer_files("GPT2Tokenizer", vocab_file=str(GPT2 / "vocab.bpe"),
+                                     encoder_file=str(GPT2 / "encoder.json"))
+    else:
+        files = read_tokenizer_files("HuggingFaceTokenizer", huggingface_tokenizer=tokenizer)
+    return shared_tokenizer(files)
+
+
+def job_command(input_dir: Path, out: Path, dedup: bool, msl: int, tokenizer: str = "gpt2") -> list[str]:
     return [sys.executable, "-m", "pipelines.create_hdf5_dataset", "LMData", "--input_dir", str(input_dir),
-            "--output_dir", str(out), "--tokenizer_type", "GPT2Tokenizer",
-            "--vocab_file", str(GPT2 / "vocab.bpe"), "--encoder_file", str(GPT2 / "encoder.json"),
+            "--output_dir", str(out), *tokenizer_args(tokenizer),
             "--max_seq_length", str(msl), "--display_pbar", "False", "--runner", "FnApiRunner",
             *(["--dedup", "near"] if dedup else [])]
 
 
-def run_job(input_dir: Path, work: Path, dedup: bool, msl: int, tag: str) -> dict:
+def run_job(input_dir: Path, work: Path, dedup: bool, msl: int, tag: str, tokenizer: str = "gpt2") -> dict:
     out = work / f"out_{tag}"
-    result = timed(job_command(input_dir, out, dedup, msl), work / f"stderr_{tag}.txt")
+    result = timed(job_command(input_dir, out, dedup, msl, tokenizer), work / f"stderr_{tag}.txt")
     params = json.loads((out / "data_params.json").read_text())
     removed = set()
     if dedup:
@@ -390,6 +631,67 @@ def peer_main(peer: str, input_dir: Path, out: Path) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------- main
+def print_multilingual(truth: dict, removed: dict, names: dict) -> None:
+    """The multilingual mode's tables: the planted pairs' measured Jaccards and each tool's results, per language
+    and per script group."""
+    group_of = dict(truth["labels"].values())  # lang -> script group
+    pairs = truth["pairs"]
+
+    def med(values):
+        return f"{statistics.median(values):.2f}" if values else "-"
+
+    def top(values, least=False):
+        return f"{(min if least else max)(values):.2f}" if values else "-"
+
+    def rows(by):  # languages by script group, then name
+        return sorted({by(label) for label in truth["labels"].values()},
+                      key=lambda k: (group_of[k], k) if by is LANG else (k,))
+
+    for title, by, col in (("language", LANG, 0), ("script group", GROUP, 1)):
+        print(f"\nplanted pairs per {title}: median Jaccard of the near copies and the near misses with their "
+              f"originals, as character 5-grams / our token 5-grams / \\w+ word 5-grams; 'near tok min': the "
+              f"smallest token 5-gram Jaccard of a near copy, 'miss tok max' and 'unrel tok max': the largest of a "
+              f"near miss and of two unrelated documents of the language (our threshold is 0.8)")
+        print(f"{title:<22}{'docs':>6}{'near':>5}{'near char/tok/word':>20}{'near tok min':>13}{'miss':>5}"
+              f"{'miss char/tok/word':>20}{'miss tok max':>13}{'unrel tok max':>14}")
+        counts = Counter(by(label) for label in truth["labels"].values())
+        for key in rows(by):
+            def sel(kind, j):
+                return [p[j] for p in pairs if p[0] == kind and p[1 + col] == key]
+            near = "/".join(med(sel("near", j)) for j in (3, 4, 5))
+            miss = "/".join(med(sel("miss", j)) for j in (3, 4, 5))
+            label = f"{key} ({group_of[key]})" if by is LANG else key
+            print(f"{label:<22}{counts[key]:>6}{len(sel('near', 3)):>5}{near:>20}{top(sel('near', 4), True):>13}"
+                  f"{len(sel('miss', 3)):>5}{miss:>20}{top(sel('miss', 4)):>13}{top(sel('unrelated', 4)):>14}")
+        tools = list(removed)
+        scores = {t: score_groups(removed[t], truth, by) for t in tools}
+        print(f"\nper {title}, each tool: near = right removals / expected in the families with near copies, "
+              f"exact = the same in the families of exact copies only, miss = near misses removed / planted, "
+              f"other = other records removed / present (all of them wrong)")
+        print(f"{'':<22}" + "".join(f"{names[t][:34]:<36}" for t in tools))
+        print(f"{title:<22}" + f"{'near':>8}{'exact':>8}{'miss':>8}{'other':>8}    " * len(tools))
+        for key in rows(by):
+            label = f"{key} ({group_of[key]})" if by is LANG else key
+            cells = []
+            for t in tools:
+                g = scores[t].get(key, {"near": [0, 0], "exact": [0, 0], "miss": [0, 0], "other": [0, 0]})
+                cells.append("".join(f"{f'{g[k][0]}/{g[k][1]}' if g[k][1] else '-':>8}"
+                                     for k in ("near", "exact", "miss", "other")) + "    ")
+            print(f"{label:<22}" + "".join(cells))
+        totals = {t: {k: [sum(g[k][i] for g in scores[t].values()) for i in (0, 1)]
+                      for k in ("near", "exact", "miss", "other")} for t in tools}
+        print(f"{'all':<22}" + "".join("".join(f"{f'{totals[t][k][0]}/{totals[t][k][1]}':>8}"
+                                               for k in ("near", "exact", "miss", "other")) + "    " for t in tools))
+
+
+def LANG(label):  # noqa: N802 (a keying of the multilingual tables)
+    return label[0]
+
+
+def GROUP(label):  # noqa: N802
+    return label[1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
@@ -404,6 +706,9 @@ def main() -> int:
     parser.add_argument("--no-startup", dest="startup", action="store_false",
                         help="do not time the commands on one short document")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--tokenizer", default="gpt2",
+                        help="our job's tokenizer (and that of the token Jaccards): gpt2 (data/tokenizers/gpt2) or a "
+                             "Hugging Face tokenizer, a local directory or hub name (e.g. a multilingual one)")
     parser.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)  # run one peer (in the child)
     parser.add_argument("--peer-input", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--peer-output", type=Path, help=argparse.SUPPRESS)
@@ -425,15 +730,21 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="dedup_bench_"))
     try:
         near_jaccard = tuple(float(x) for x in args.near_jaccard.split("-")) if args.near_jaccard else None
-        truth = plant(read_corpus(args.corpus), args.docs, args.seed, work / "input", near_jaccard)
+        texts, labels = read_labelled(args.corpus)
+        if labels is None:
+            truth = plant(texts, args.docs, args.seed, work / "input", near_jaccard)
+        else:  # multilingual: letter edits, reported per language and script
+            truth = plant_multilingual(texts, labels, args.docs, args.seed, work / "input",
+                                       load_tokenizer(args.tokenizer), near_jaccard)
+        del texts
         input_dir = work / "input"
         n_docs, mb = len(truth["records"]), truth["bytes"] / 1e6
         tools = ["without", "ours", *peers]
         names = {"without": "our job without --dedup", "ours": "our job --dedup near", **PEER_NAMES}
         runs = {t: [] for t in tools}
         for r in range(max(1, args.repeat)):
-            runs["without"].append(run_job(input_dir, work, False, args.msl, f"without{r}"))
-            runs["ours"].append(run_job(input_dir, work, True, args.msl, f"ours{r}"))
+            runs["without"].append(run_job(input_dir, work, False, args.msl, f"without{r}", args.tokenizer))
+            runs["ours"].append(run_job(input_dir, work, True, args.msl, f"ours{r}", args.tokenizer))
             for p in peers:
                 runs[p].append(run_peer(p, input_dir, work, f"{p}{r}"))
         startup = {}
@@ -441,8 +752,8 @@ def main() -> int:
             tiny = work / "tiny"
             tiny.mkdir()
             (tiny / "part-000.jsonl").write_text(json.dumps({"text": "A short document. " * 20}) + "\n")
-            startup["without"] = run_job(tiny, work, False, args.msl, "startup_without")
-            startup["ours"] = run_job(tiny, work, True, args.msl, "startup_ours")
+            startup["without"] = run_job(tiny, work, False, args.msl, "startup_without", args.tokenizer)
+            startup["ours"] = run_job(tiny, work, True, args.msl, "startup_ours", args.tokenizer)
             for p in peers:
                 startup[p] = run_peer(p, tiny, work, f"startup_{p}")
 
@@ -450,12 +761,23 @@ def main() -> int:
             return statistics.median(x[key] for x in runs[tool])
 
         j = truth["jaccards"]
-        print(f"\nplanted corpus from {args.corpus.name}: {n_docs} documents, {mb:.1f} MB of text, "
-              f"{math.ceil(n_docs / DOCS_PER_FILE)} files; {truth['n_copies']['exact']} exact copies, "
-              f"{truth['n_copies']['near']} near copies (word 5-gram Jaccard min {min(j['near'], default=0):.2f}, "
-              f"median {statistics.median(j['near'] or [0]):.2f}), {truth['n_copies']['miss']} near misses "
-              f"(Jaccard {min(j['miss'], default=0):.2f}-{max(j['miss'], default=0):.2f}); "
-              f"{os.cpu_count()} cores, {len(runs['ours'])} runs each (medians)\n")
+        if labels is None:
+            print(f"\nplanted corpus from {args.corpus.name}: {n_docs} documents, {mb:.1f} MB of text, "
+                  f"{math.ceil(n_docs / DOCS_PER_FILE)} files; {truth['n_copies']['exact']} exact copies, "
+                  f"{truth['n_copies']['near']} near copies (word 5-gram Jaccard min {min(j['near'], default=0):.2f}, "
+                  f"median {statistics.median(j['near'] or [0]):.2f}), {truth['n_copies']['miss']} near misses "
+                  f"(Jaccard {min(j['miss'], default=0):.2f}-{max(j['miss'], default=0):.2f}); "
+                  f"{os.cpu_count()} cores, {len(runs['ours'])} runs each (medians)\n")
+        else:
+            langs = sorted({lang for lang, _ in truth["labels"].values()})
+            print(f"\nplanted multilingual corpus from {args.corpus.name}: {n_docs} documents in {len(langs)} "
+                  f"languages, {mb:.1f} MB of text, {math.ceil(n_docs / DOCS_PER_FILE)} files; "
+                  f"{truth['n_copies']['exact']} exact copies, {truth['n_copies']['near']} near copies (letters "
+                  f"replaced in spans of {SPAN}; character 5-gram Jaccard min {min(j['near'], default=0):.2f}, "
+                  f"median {statistics.median(j['near'] or [0]):.2f}), {truth['n_copies']['miss']} near misses "
+                  f"(character 5-gram Jaccard {min(j['miss'], default=0):.2f}-{max(j['miss'], default=0):.2f}); "
+                  f"our tokenizer {args.tokenizer}; {os.cpu_count()} cores, {len(runs['ours'])} runs each "
+                  f"(medians)\n")
         print(f"{'tool':<38}{'wall s':>8}{'CPU s':>8}{'RSS MB':>8}{'docs/s':>8}{'docs/CPU-s':>11}{'MB/CPU-s':>10}"
               f"{'net docs/CPU-s':>16}  stages (s, last run)")
         per_core = {}
@@ -495,6 +817,9 @@ def main() -> int:
         section = runs["ours"][-1].get("section", {})
         if section:
             print(f"our data_params.json dedup section: documents_removed {section.get('documents_removed')}")
+
+        if labels is not None:
+            print_multilingual(truth, {t: runs[t][-1]["removed"] for t in ["ours", *peers]}, names)
 
         ours = runs["ours"][-1]["removed"]
         print("\nagreement with ours (Jaccard of the removed (file, line) sets; keep-rule free: each tool's removals "

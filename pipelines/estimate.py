@@ -294,6 +294,10 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
                                    job_params, _groups(plan, sizes, mixed))
     elif plan.splits is not None:
         notes.append("a mixture with subsets: the outputs are not predicted one by one yet (the totals are)")
+    if config.dedup:
+        # A sample holds few of a record's copies: it cannot say how many of the corpus' records are duplicates.
+        notes.append("dedup: only the sample's own duplicates are removed, not the corpus': the prediction is of the "
+                     "job without the duplicates the sample cannot see (an upper bound on documents, tokens and rows)")
     if outputs and not plan.traits.one_row_per_record:  # the outputs' rows, each at its own max_seq_length
         rows = Interval(sum(o.rows.value for o in outputs), sum(o.rows.half_width for o in outputs))
     files_per = config.files_per_record if config.num_output_files is None else None

@@ -458,3 +458,13 @@ def test_index_problems_name_each_difference():
         "its bands is None, this job's 30", "its rows is None, this job's 10"]
     assert index_problems(near, DedupConfig("near", seed=2), "other") == [
         "its seed is 0, this job's 2", "its tokenizer is 'tok', this job's 'other'"]
+
+
+def test_the_estimate_says_it_cannot_see_the_corpus_duplicates(planted, capsys):
+    from pipelines.create_hdf5_dataset import main
+
+    argv = _args(planted["root"] / "in", "unused", "--dedup", "near")
+    argv.remove("--output_dir")
+    argv.remove("unused")
+    assert main(["estimate", *argv, *RUNNER]) == 0
+    assert "note: dedup: only the sample's own duplicates are removed" in capsys.readouterr().out
