@@ -6,7 +6,7 @@
    punctuation kept, of documents of at least 200 words: word 5-gram Jaccard about 0.9 and above; `--near-jaccard
    0.85-0.95` replaces as many words as a Jaccard drawn from that range needs, to probe the threshold) and 5 % near
    misses (enough words replaced for a word 5-gram Jaccard of 0.45 to 0.65 with their original; in markup-heavy
-   documents the Jaccard of other shingles, e.g. our token 5-grams, can still reach 0.8). Everything is
+   documents the Jaccard of other shingles, e.g. ours, can still reach 0.8). Everything is
    shuffled and cut into files of 1,000 lines, so which record of a family has the smallest identity is chance.
 2. Our job (LMData, GPT-2, `--runner FnApiRunner`) without `--dedup` and with `--dedup near`, each in a child
    process timed from its start to its exit (interpreter and imports included): wall seconds, CPU seconds (user +
@@ -49,8 +49,8 @@ combining marks stay. Near copies: 1 or 2 % of the letters (character 5-gram Jac
 `--near-jaccard LO-HI` then means a character 5-gram Jaccard drawn from LO-HI); near misses: enough letters
 (10 to 20 %) for a character 5-gram Jaccard of 0.45 to 0.65. Near copies and misses are made of documents of
 at least 400 letters. (c) The report adds, per language and per script group (the corpus's `script`, Han,
-kana and Hangul grouped as CJK), the measured Jaccards of the planted pairs (character 5-grams, our token
-5-grams: the job's tokenizer and transforms.core.dedup.shingle_hashes, and \\w+ word 5-grams), the largest token
+kana and Hangul grouped as CJK), the measured Jaccards of the planted pairs (character 5-grams, our shingles:
+runs of whole tokens of the job's tokenizer holding 6 characters (transforms.core.dedup.shingle_hashes), and \\w+ word 5-grams), the largest token
 5-gram Jaccard between unrelated documents of the language, and each tool's recall on the near and exact
 families and its removed near misses and other (unplanted) records. `--tokenizer` gives our job (and the token
 Jaccards) another tokenizer, e.g. a multilingual Hugging Face one (a local directory or hub name).
@@ -203,13 +203,20 @@ def char_jaccard(a: str, b: str, n: int = 5) -> float:
     return len(x & y) / len(x | y) if x | y else 1.0
 
 
-def token_jaccard(tokenizer, a: str, b: str, n: int = 5) -> float:
-    """The Jaccard of our shingles (n consecutive token ids of the job's tokenizer, transforms.core.dedup)."""
+_CHARS: dict = {}
+
+
+def token_jaccard(tokenizer, a: str, b: str, n: int = 6) -> float:
+    """The Jaccard of our shingles as the job makes them (transforms.core.dedup: from every token on, the
+    shortest run of whole tokens of the job's tokenizer holding n characters)."""
     import numpy as np
 
-    from transforms.core.dedup import shingle_hashes
+    from transforms.core.dedup import shingle_hashes, token_chars
+    from transforms.core.detok import token_pieces
 
-    x, y = (shingle_hashes(ids, n) for ids in tokenizer.encode_batch([a, b]))
+    if id(tokenizer) not in _CHARS:
+        _CHARS[id(tokenizer)] = token_chars(token_pieces(tokenizer))
+    x, y = (shingle_hashes(ids, n, _CHARS[id(tokenizer)]) for ids in tokenizer.encode_batch([a, b]))
     union = len(np.union1d(x, y))
     return len(np.intersect1d(x, y)) / union if union else 1.0
 
@@ -649,7 +656,7 @@ def print_multilingual(truth: dict, removed: dict, names: dict) -> None:
 
     for title, by, col in (("language", LANG, 0), ("script group", GROUP, 1)):
         print(f"\nplanted pairs per {title}: median Jaccard of the near copies and the near misses with their "
-              f"originals, as character 5-grams / our token 5-grams / \\w+ word 5-grams; 'near tok min': the "
+              f"originals, as character 5-grams / our shingles / \\w+ word 5-grams; 'near tok min': the "
               f"smallest token 5-gram Jaccard of a near copy, 'miss tok max' and 'unrel tok max': the largest of a "
               f"near miss and of two unrelated documents of the language (our threshold is 0.8)")
         print(f"{title:<22}{'docs':>6}{'near':>5}{'near char/tok/word':>20}{'near tok min':>13}{'miss':>5}"

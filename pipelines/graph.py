@@ -89,7 +89,8 @@ def _dedup(plan: JobPlan, tokens, dead_letter_parts):
     if plan.dedup_against is not None:
         earlier = tokens.pipeline | "ReadDedupIndex" >> ReadDedupIndex(plan.dedup_against_parts)
     return tokens | "Deduplicate" >> DeduplicateDocuments(
-        plan.dedup, plan.output_dir, dead_letter_parts, first_only=plan.traits.record == CONVERSATION,
+        plan.dedup, plan.output_dir, dead_letter_parts, plan.tokenizer_files,
+        first_only=plan.traits.record == CONVERSATION,
         earlier=earlier, against=plan.dedup_against, index_dir=plan.dedup_index, index_meta=plan.dedup_index_meta)
 
 

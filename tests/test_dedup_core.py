@@ -180,3 +180,74 @@ def test_the_survivor_is_the_smallest_identity():
 def test_settings_are_checked(changes, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("]", r"\]")):
         DedupConfig(**{"kind": "near", **changes})
+
+
+M64_ = (1 << 64) - 1
+B = 0x9E3779B97F4A7C15
+
+
+def _char_shingles_by_hand(ids: list[int], width: int, chars: list[int]) -> list[int]:
+    """From every token on, the shortest run of whole tokens holding `width` characters (the whole record when
+    none does), hashed as a polynomial of the mixed ids, its length mixed in."""
+    runs = []
+    for i in range(len(ids)):
+        held = 0
+        for j in range(i, len(ids)):
+            held += chars[ids[j]]
+            if held >= width:
+                runs.append((i, j + 1))
+                break
+    out = set()
+    for i, j in runs or [(0, len(ids))]:
+        h = 0
+        for t in range(i, j):
+            h = (h * B + _mix64(ids[t] + 1)) & M64_
+        out.add(_mix64(h ^ (j - i)) & 0xFFFFFFFF)
+    return sorted(out)
+
+
+def test_character_shingles_are_runs_of_whole_tokens_holding_the_width():
+    chars = np.array([0, 2, 1, 3, 0, 1, 0, 1, 0, 4])  # per id: 0 for a piece of a character
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        ids = rng.integers(0, 10, size=int(rng.integers(1, 50)))
+        width = int(rng.integers(1, 12))
+        assert shingle_hashes(ids, width, chars).tolist() == _char_shingles_by_hand(ids.tolist(), width, chars)
+    # Three tokens of one character each hold a 3-character shingle once: the run of all three.
+    assert len(shingle_hashes(np.array([2, 5, 7]), 3, chars)) == 1
+    # Too short for a shingle: one of all its ids, whose order and length count.
+    assert shingle_hashes(np.array([2, 5]), 9, chars).tolist() == _char_shingles_by_hand([2, 5], 9, chars)
+    assert shingle_hashes(np.array([5, 2]), 9, chars).tolist() != shingle_hashes(np.array([2, 5]), 9, chars).tolist()
+    assert shingle_hashes(np.array([], dtype=np.int64), 6, chars).tolist() == []
+
+
+def test_token_chars_counts_the_bytes_that_start_a_character():
+    from transforms.core.dedup import token_chars
+
+    pieces = [b"", b" the", "é".encode(), "日本".encode(), "日".encode()[:2], "日".encode()[2:], b"<|endoftext|>"]
+    assert token_chars(pieces).tolist() == [0, 4, 1, 2, 1, 0, 13]
+
+
+def test_character_shingles_cover_as_much_text_in_every_script():
+    """With GPT-2's pieces an English token holds several characters and a Tamil one less than one: two unrelated
+    Tamil sentences share a third of their runs of 5 ids (pieces of the same letters), and almost none of their
+    6-character shingles."""
+    from tests.test_dedup_job import _tokenizer
+    from transforms.core.dedup import token_chars
+    from transforms.core.detok import token_pieces
+    from transforms.core.tokenizer import tokenize_documents
+
+    tok = _tokenizer()
+    chars = token_chars(token_pieces(tok))
+    english, tamil, other = tokenize_documents(tok, [
+        "the weather was fine and the streets were full",
+        "தமிழ் ஒரு திராவிட மொழி ஆகும் இது இந்தியாவில் பேசப்படுகிறது இலங்கையிலும் சிங்கப்பூரிலும் அலுவல் மொழியாக உள்ளது",
+        "சென்னை நகரம் வங்காள விரிகுடாவின் கரையில் அமைந்துள்ளது இது ஒரு பெரிய துறைமுக நகரம் ஆகும் மக்கள் தொகை அதிகம்"])
+    per_token = [chars[np.asarray(ids)].sum() / len(ids) for ids in (english, tamil)]
+    assert per_token[0] > 3 and per_token[1] < 1  # characters per token
+
+    def jaccard(width, table):
+        a, b = (set(shingle_hashes(np.asarray(ids), width, table).tolist()) for ids in (tamil, other))
+        return len(a & b) / len(a | b)
+
+    assert jaccard(5, None) > 0.3 and jaccard(6, chars) < 0.05

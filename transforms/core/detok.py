@@ -20,7 +20,7 @@ import numpy as np
 
 from transforms.core.tokenizer.exact import byte_stand_ins
 
-__all__ = ["DetokCounter"]
+__all__ = ["DetokCounter", "token_pieces"]
 
 # Rows per gather of whole rows' codes: 64 rows of 2048 ids are 1 MiB of codes, which stays in cache.
 _CODE_ROWS = 64
@@ -95,6 +95,16 @@ def _byte_level_table(tok) -> Optional[_ByteTable]:
 # str.translate + latin-1 turns a token of stand-ins into its bytes; any other character becomes one that
 # latin-1 cannot encode.
 _BYTES_ONLY = {**{c: 0xFFFF for c in range(256)}, **{ord(stand_in): b for stand_in, b in byte_stand_ins().items()}}
+
+
+def token_pieces(tok) -> list[bytes]:
+    """Per token id, the bytes of its text: exact for a plain ByteLevel decoder (a piece of a character is its
+    bytes), else each id decoded alone (special tokens, skipped by the decoder, are empty)."""
+    table = _table_of(tok)
+    if table is not None:
+        return table.pieces
+    size = tok.backend.get_vocab_size(with_added_tokens=True)
+    return [tok.backend.decode([i]).encode("utf-8", "surrogatepass") for i in range(size)]
 
 
 _TABLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

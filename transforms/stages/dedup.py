@@ -29,7 +29,9 @@ from transforms.core.dedup import (COUNTER_PREFIX, DROP_REASONS, EARLIER, EXACT,
                                    DedupConfig, band_keys,
                                    batch_key_of, bucket_edges, fingerprint, large_star, listing_record, node_of,
                                    permutations, record_line, settled, similarity, size_bucket, small_star,
-                                   unit_base)
+                                   token_chars, unit_base)
+from transforms.core.detok import token_pieces
+from transforms.core.tokenizer import shared_tokenizer
 from transforms.core.units import line_bases
 from transforms.io.dedup_index import read_index_part, write_index_meta, write_index_part
 from transforms.io.dedup_listing import write_listing
@@ -43,20 +45,23 @@ SIGS, COPIES = "sigs", "copies"
 class _Fingerprint(beam.DoFn):
     """A batch -> per record (exact key, (node, its band keys' bytes or None)); near: SIGS (node, signature)."""
 
-    def __init__(self, config: DedupConfig, first_only: bool):
+    def __init__(self, config: DedupConfig, first_only: bool, tokenizer_files):
         self._config = config
         self._first_only = first_only  # a conversation's ids, not its masks
-        self._perms = None
+        self._tokenizer_files = tokenizer_files
+        self._perms = self._chars = None
 
     def setup(self):
         if self._config.kind == NEAR:
             self._perms = permutations(self._config.hashes, self._config.seed)
+            # Shingles are runs of whole tokens holding dedup_shingle characters: each id's characters.
+            self._chars = token_chars(token_pieces(shared_tokenizer(self._tokenizer_files.load())))
 
     def process(self, batch):
         cfg, origins = self._config, batch.origins
         for i, arrays in enumerate(batch.tokens):
             node = node_of(batch.group, origins.member(i), origins.index[i])
-            key, sig = fingerprint(arrays[:1] if self._first_only else arrays, cfg, self._perms)
+            key, sig = fingerprint(arrays[:1] if self._first_only else arrays, cfg, self._perms, self._chars)
             if sig is None:
                 yield key, (node, None)
                 continue
@@ -257,16 +262,17 @@ class DeduplicateDocuments(beam.PTransform):
     conversation's, beside its masks), else all its arrays are (a prompt and completion, a preference pair).
     """
 
-    def __init__(self, config: DedupConfig, output_dir: str, dead_letters, *, first_only: bool = False,
-                 earlier=None, against: Optional[str] = None, index_dir: Optional[str] = None,
-                 index_meta: Optional[dict] = None):
-        """earlier: the records of an earlier job's index (ReadDedupIndex), `against` its directory; index_dir:
+    def __init__(self, config: DedupConfig, output_dir: str, dead_letters, tokenizer_files, *,
+                 first_only: bool = False, earlier=None, against: Optional[str] = None,
+                 index_dir: Optional[str] = None, index_meta: Optional[dict] = None):
+        """tokenizer_files: the job's tokenizer (how many characters each id holds); earlier: the records of an earlier job's index (ReadDedupIndex), `against` its directory; index_dir:
         where this job's kept records go for a later job (`index_meta`: its index.json)."""
         super().__init__()
         self._config = config
         self._output_dir = output_dir
         self._dead_letters = dead_letters
         self._first_only = first_only
+        self._tokenizer_files = tokenizer_files
         self._earlier = earlier
         self._against = against
         self._index_dir = index_dir
@@ -275,7 +281,7 @@ class DeduplicateDocuments(beam.PTransform):
     def expand(self, batches):
         cfg = self._config
         # (Output types said: Beam infers a union with the tagged outputs', which is not a key-value pair.)
-        prints = batches | "Fingerprint" >> beam.ParDo(_Fingerprint(cfg, self._first_only)).with_output_types(
+        prints = batches | "Fingerprint" >> beam.ParDo(_Fingerprint(cfg, self._first_only, self._tokenizer_files)).with_output_types(
             Tuple[Any, Any]).with_outputs(SIGS, main="keys")
         keys, sigs = prints.keys, prints[SIGS]
         if self._earlier is not None:  # an earlier job's kept records: compared with, never removed or written
@@ -370,10 +376,10 @@ class DeduplicateDocuments(beam.PTransform):
                  | "GroupSizes" >> beam.CombinePerKey(sum)
                  | "SizeBins" >> beam.Map(lambda kv: (size_bucket(kv[1] + 1), 1))
                  | "CountBins" >> beam.CombinePerKey(sum))
-        settings = {"kind": cfg.kind, "seed": cfg.seed, "unit": "token ids"}
+        settings = {"kind": cfg.kind, "seed": cfg.seed}
         if cfg.kind == NEAR:
-            settings.update(threshold=cfg.threshold, shingle=cfg.shingle, bands=cfg.bands, rows=cfg.rows,
-                            rounds=ROUNDS)
+            settings.update(threshold=cfg.threshold, shingle_characters=cfg.shingle, bands=cfg.bands,
+                            rows=cfg.rows, rounds=ROUNDS)
         if self._against is not None:
             settings["against_index"] = self._against
         if self._index_dir is not None:
