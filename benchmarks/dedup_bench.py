@@ -50,7 +50,7 @@ combining marks stay. Near copies: 1 or 2 % of the letters (character 5-gram Jac
 (10 to 20 %) for a character 5-gram Jaccard of 0.45 to 0.65. Near copies and misses are made of documents of
 at least 400 letters. (c) The report adds, per language and per script group (the corpus's `script`, Han,
 kana and Hangul grouped as CJK), the measured Jaccards of the planted pairs (character 5-grams, our shingles:
-runs of whole tokens of the job's tokenizer holding 6 characters (transforms.core.dedup.shingle_hashes), and \\w+ word 5-grams), the largest token
+runs of whole tokens of the job's tokenizer holding dedup_shingle characters (transforms.core.dedup.shingle_hashes), and \\w+ word 5-grams), the largest token
 5-gram Jaccard between unrelated documents of the language, and each tool's recall on the near and exact
 families and its removed near misses and other (unplanted) records. `--tokenizer` gives our job (and the token
 Jaccards) another tokenizer, e.g. a multilingual Hugging Face one (a local directory or hub name).
@@ -206,10 +206,14 @@ def char_jaccard(a: str, b: str, n: int = 5) -> float:
 _CHARS: dict = {}
 
 
-def token_jaccard(tokenizer, a: str, b: str, n: int = 6) -> float:
+def token_jaccard(tokenizer, a: str, b: str, n: int = None) -> float:
     """The Jaccard of our shingles as the job makes them (transforms.core.dedup: from every token on, the
-    shortest run of whole tokens of the job's tokenizer holding n characters)."""
+    shortest run of whole tokens of the job's tokenizer holding n characters: the job's dedup_shingle)."""
     import numpy as np
+
+    if n is None:
+        flags = DEDUP_FLAGS
+        n = int(flags[flags.index("--dedup_shingle") + 1]) if "--dedup_shingle" in flags else 12
 
     from transforms.core.dedup import shingle_hashes, token_chars
     from transforms.core.detok import token_pieces
@@ -491,11 +495,14 @@ def load_tokenizer(tokenizer: str):
     return shared_tokenizer(files)
 
 
+DEDUP_FLAGS: list = []  # --dedup-flags: more of the job's dedup settings (e.g. --dedup_shingle 10)
+
+
 def job_command(input_dir: Path, out: Path, dedup: bool, msl: int, tokenizer: str = "gpt2") -> list[str]:
     return [sys.executable, "-m", "pipelines.create_hdf5_dataset", "LMData", "--input_dir", str(input_dir),
             "--output_dir", str(out), *tokenizer_args(tokenizer),
             "--max_seq_length", str(msl), "--display_pbar", "False", "--runner", "FnApiRunner",
-            *(["--dedup", "near"] if dedup else [])]
+            *(["--dedup", "near", *DEDUP_FLAGS] if dedup else [])]
 
 
 def run_job(input_dir: Path, work: Path, dedup: bool, msl: int, tag: str, tokenizer: str = "gpt2") -> dict:
@@ -713,6 +720,7 @@ def main() -> int:
     parser.add_argument("--no-startup", dest="startup", action="store_false",
                         help="do not time the commands on one short document")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--dedup-flags", default="", help="more dedup flags of our job, e.g. '--dedup_shingle 10'")
     parser.add_argument("--tokenizer", default="gpt2",
                         help="our job's tokenizer (and that of the token Jaccards): gpt2 (data/tokenizers/gpt2) or a "
                              "Hugging Face tokenizer, a local directory or hub name (e.g. a multilingual one)")
@@ -720,6 +728,7 @@ def main() -> int:
     parser.add_argument("--peer-input", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--peer-output", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    DEDUP_FLAGS.extend(args.dedup_flags.split())
     if args.peer:
         return peer_main(args.peer, args.peer_input, args.peer_output)
     if not args.corpus.exists():

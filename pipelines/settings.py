@@ -133,7 +133,7 @@ class Settings:
     dedup_threshold: float = _s("processing", "float", 0.8,
         "Jaccard similarity of two records' shingles at which they are near duplicates (estimated from "
         "dedup_bands x dedup_rows MinHash values)")
-    dedup_shingle: int = _s("processing", "int", 6,
+    dedup_shingle: int = _s("processing", "int", 12,
         "characters per shingle of near deduplication: from every token on, the shortest run of whole tokens "
         "holding that many characters (so a shingle covers as much text in every script)")
     dedup_bands: int = _s("processing", "int", 30,

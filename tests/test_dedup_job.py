@@ -29,8 +29,8 @@ def _tokenizer():
                                                 encoder_file=str(GPT2 / "encoder.json")))
 
 
-def _jaccard(tok, a: str, b: str, shingle: int = 6) -> float:
-    """The Jaccard of two texts' shingles as the job makes them: runs of whole tokens holding 6 characters."""
+def _jaccard(tok, a: str, b: str, shingle: int = 12) -> float:
+    """The Jaccard of two texts' shingles as the job makes them: runs of whole tokens holding 12 characters."""
     from transforms.core.dedup import token_chars
     from transforms.core.detok import token_pieces
     from transforms.core.tokenizer import tokenize_documents
@@ -181,7 +181,7 @@ def test_every_family_keeps_its_first_record_and_lists_the_others(planted, near_
     assert section["listed"] == 75 and section["duplicate_groups"] == 20 + 40 + 5 + 2 + 1
     assert section["group_sizes"] == {"2": 61, "3-4": 7}
     assert (section["kind"], section["threshold"], section["bands"], section["rows"], section["shingle_characters"]
-            ) == ("near", 0.8, 30, 10, 6)
+            ) == ("near", 0.8, 30, 10, 12)
     assert sum(s["documents_removed"]["near"] for s in section["per_source"].values()) == 52
 
 
@@ -460,7 +460,7 @@ def test_index_problems_name_each_difference():
     assert index_problems(near, DedupConfig("exact"), "tok") == []  # a near index serves an exact job
     exact = index_settings(DedupConfig("exact"), "tok")
     assert index_problems(exact, DedupConfig("near"), "tok") == [
-        "its kind is 'exact', this job's 'near'", "its shingle is None, this job's 6",
+        "its kind is 'exact', this job's 'near'", "its shingle is None, this job's 12",
         "its bands is None, this job's 30", "its rows is None, this job's 10"]
     assert index_problems(near, DedupConfig("near", seed=2), "other") == [
         "its seed is 0, this job's 2", "its tokenizer is 'tok', this job's 'other'"]
