@@ -251,3 +251,18 @@ def test_character_shingles_cover_as_much_text_in_every_script():
         return len(a & b) / len(a | b)
 
     assert jaccard(5, None) > 0.3 and jaccard(6, chars) < 0.05
+
+
+def test_the_signature_of_repeated_shingles_is_that_of_the_distinct_ones():
+    from transforms.core.dedup import DedupConfig, fingerprint, token_chars
+
+    chars = token_chars([b"a", b"bc", b"", b"def"] * 3)
+    ids = np.array([0, 1, 3, 0, 1, 3, 0, 1, 3, 5, 0, 1])
+    for table in (None, chars):
+        repeats = shingle_hashes(ids, 3, table, distinct=False)
+        distinct = shingle_hashes(ids, 3, table)
+        assert len(repeats) > len(distinct) and np.unique(repeats).tolist() == distinct.tolist()
+    perms = permutations(300, 0)
+    config = DedupConfig("near", shingle=3)
+    _, sig = fingerprint((ids,), config, perms, chars)
+    assert sig.tolist() == signature(shingle_hashes(ids, 3, chars), *perms).tolist()

@@ -105,8 +105,10 @@ def _mix64(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def shingle_hashes(ids: np.ndarray, shingle: int, chars: Optional[np.ndarray] = None) -> np.ndarray:
-    """The distinct 32-bit hashes of a record's shingles, sorted.
+def shingle_hashes(ids: np.ndarray, shingle: int, chars: Optional[np.ndarray] = None,
+                   distinct: bool = True) -> np.ndarray:
+    """The distinct 32-bit hashes of a record's shingles, sorted (`distinct` False: one per shingle, repeats
+    kept, as MinHash can take them: the minima are the same, and the sort is a fifth of the signature's time).
 
     Without `chars`, a shingle is every run of `shingle` consecutive ids. With `chars` (per token id, the
     characters its text holds: `token_chars`), it is, from every token on, the shortest run of whole tokens that
@@ -118,7 +120,8 @@ def shingle_hashes(ids: np.ndarray, shingle: int, chars: Optional[np.ndarray] = 
     if len(ids) == 0:
         return np.zeros(0, dtype=np.uint64)
     if chars is not None:
-        return _char_shingles(ids, shingle, chars)
+        h = _char_shingles(ids, shingle, chars)
+        return np.unique(h) if distinct else h
     ids = ids.astype(np.uint64)
     n = min(shingle, len(ids))
     count = len(ids) - n + 1
@@ -126,7 +129,8 @@ def shingle_hashes(ids: np.ndarray, shingle: int, chars: Optional[np.ndarray] = 
         h = np.full(count, np.uint64(n), dtype=np.uint64)
         for j in range(n):  # a loop over the shingle's positions, each step over every shingle at once
             h = _mix64(h ^ ids[j:j + count])
-    return np.unique(h & np.uint64(_MAX32))
+    h &= np.uint64(_MAX32)
+    return np.unique(h) if distinct else h
 
 
 _BASE = np.uint64(0x9E3779B97F4A7C15)  # odd: invertible modulo 2^64
@@ -160,7 +164,7 @@ def _char_shingles(ids: np.ndarray, width: int, chars: np.ndarray) -> np.ndarray
         below = np.where(starts > 0, q[np.maximum(starts - 1, 0)], np.uint64(0))
         h = _powers(_BASE, n)[stop - 1] * (q[stop - 1] - below)
         h = _mix64(h ^ (stop - starts).astype(np.uint64))  # the run's length in: "a b" is not "ab"'s prefix sum
-    return np.unique(h & np.uint64(_MAX32))
+    return h & np.uint64(_MAX32)
 
 
 def token_chars(pieces: Sequence[bytes]) -> np.ndarray:
@@ -341,7 +345,7 @@ def fingerprint(arrays: Sequence[np.ndarray], config: DedupConfig, perms,
     if config.kind != NEAR:
         return key, None
     ids = arrays[0] if len(arrays) == 1 else np.concatenate([np.asarray(a, dtype=np.int64) for a in arrays])
-    return key, signature(shingle_hashes(ids, config.shingle, chars), *perms)
+    return key, signature(shingle_hashes(ids, config.shingle, chars, distinct=False), *perms)
 
 
 def bucket_edges(nodes: Iterable[Node]) -> list[tuple[Node, Node]]:
