@@ -493,8 +493,11 @@ def job_max_seq_lengths(v: dict) -> list[tuple[str, int]]:
 def _validate_dedup(v: dict) -> None:
     _require(v["dedup"] in (None, "exact", "near"), f"dedup: {v['dedup']!r} is not one of exact, near")
     _require(0 < v["dedup_threshold"] <= 1, f"dedup_threshold: {v['dedup_threshold']!r} is not within (0, 1]")
-    for name in ("dedup_shingle", "dedup_bands", "dedup_rows"):
+    for name in ("dedup_shingle", "dedup_bands", "dedup_rows", "dedup_values"):
         _require(v[name] >= 1, f"{name}: must be >= 1")
+    _require(v["dedup_bands"] * v["dedup_rows"] <= v["dedup_values"],
+             f"dedup_bands x dedup_rows ({v['dedup_bands']} x {v['dedup_rows']}) exceed dedup_values "
+             f"({v['dedup_values']}): the bands are made of the signature's values")
     for name in ("dedup_index", "dedup_against"):
         _require(not v[name] or bool(v["dedup"]), f"{name} needs dedup (exact or near)")
 

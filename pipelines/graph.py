@@ -91,7 +91,8 @@ def _dedup(plan: JobPlan, tokens, dead_letter_parts):
     return tokens | "Deduplicate" >> DeduplicateDocuments(
         plan.dedup, plan.output_dir, dead_letter_parts, plan.tokenizer_files,
         first_only=plan.traits.record == CONVERSATION,
-        earlier=earlier, against=plan.dedup_against, index_dir=plan.dedup_index, index_meta=plan.dedup_index_meta)
+        earlier=earlier, against=plan.dedup_against, index_dir=plan.dedup_index, index_meta=plan.dedup_index_meta,
+        storage_dir=fs.join(plan.storage_dir, "dedup") if plan.storage_dir else None)
 
 
 def _select_mixture(plan: JobPlan) -> SelectMixture:

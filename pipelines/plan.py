@@ -318,7 +318,8 @@ def _dedup_plan(config: Config, tokenizer: str) -> dict:
     if not config.dedup:
         return {}
     dedup = DedupConfig(config.dedup, threshold=config.dedup_threshold, shingle=config.dedup_shingle,
-                        bands=config.dedup_bands, rows=config.dedup_rows, seed=config.dedup_seed)
+                        bands=config.dedup_bands, rows=config.dedup_rows, values=config.dedup_values,
+                        seed=config.dedup_seed)
     out = {"dedup": dedup}
     if config.dedup_index:
         out.update(dedup_index=config.dedup_index, dedup_index_meta=index_settings(dedup, tokenizer))

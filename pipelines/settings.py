@@ -136,10 +136,14 @@ class Settings:
     dedup_shingle: int = _s("processing", "int", 12,
         "characters per shingle of near deduplication: from every token on, the shortest run of whole tokens "
         "holding that many characters (so a shingle covers as much text in every script)")
-    dedup_bands: int = _s("processing", "int", 30,
-        "LSH bands of near deduplication; with dedup_rows 10: a pair at Jaccard 0.85 found with probability "
-        "0.991, one at 0.6 never a duplicate (below 1e-9)")
-    dedup_rows: int = _s("processing", "int", 10, "MinHash values per LSH band")
+    dedup_bands: int = _s("processing", "int", 20,
+        "LSH bands of near deduplication: records sharing the values of a band are candidates; with dedup_rows 8 "
+        "and 400 dedup_values, a pair at Jaccard 0.85 is found with probability 0.995, one at 0.7 never (below "
+        "1e-5)")
+    dedup_rows: int = _s("processing", "int", 8, "signature values per LSH band")
+    dedup_values: int = _s("processing", "int", 400,
+        "signature values per record (densified one-permutation MinHash): a candidate pair is a duplicate when the "
+        "share of equal values reaches dedup_threshold")
     dedup_seed: int = _s("processing", "int", 0, "key of deduplication's hashes")
     dedup_index: Optional[str] = _s("processing", "str", None,
         "with dedup: write the kept records' keys and signatures to this directory (local or gs://), an index a "

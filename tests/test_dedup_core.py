@@ -10,7 +10,7 @@ import pytest
 
 from transforms.core import dedup
 from transforms.core.dedup import (EMPTY, DedupConfig, band_keys, components, detection_probability, exact_key,
-                                   large_star, permutations, shingle_hashes, signature, similarity, small_star,
+                                   large_star, shingle_hashes, signature, similarity, sketch_keys, small_star,
                                    star_round, survivor, union_find)
 
 M64 = (1 << 64) - 1
@@ -50,27 +50,41 @@ def test_a_record_shorter_than_a_shingle_is_one_shingle_and_an_empty_one_none():
     assert shingle_hashes(np.array([8, 7]), 5).tolist() != shingle_hashes(np.array([7, 8]), 5).tolist()
 
 
-def test_the_signature_is_the_minimum_of_each_universal_hash_over_the_shingles():
-    a, b = permutations(16, seed=3)
-    assert all(int(x) % 2 == 1 for x in a) and max(map(int, a)) > 1 << 62 and max(map(int, b)) > 1 << 62
+def _signature_by_hand(shingles: list[int], bins: int, key: int, densify: int) -> list[int]:
+    """One-permutation hashing in plain integers: each shingle to bin (h >> 32) * bins >> 32 with value h's low
+    32 bits, the least per bin; an empty bin takes the value of the first filled bin of its sequence."""
+    least: dict = {}
+    for x in shingles:
+        h = _mix64(x ^ key)
+        b = ((h >> 32) * bins) >> 32
+        least[b] = min(least.get(b, 1 << 32), h & 0xFFFFFFFF)
+    out = []
+    for i in range(bins):
+        attempt, j = 0, i
+        while j not in least:
+            attempt += 1
+            mixed = _mix64(densify ^ ((i << 20) & M64) ^ attempt)
+            j = ((mixed >> 32) * bins) >> 32
+        out.append(least[j])
+    return out
+
+
+def test_the_signature_is_one_permutation_hashing_densified():
+    bins, key, densify = sketch_keys(64, seed=3)
+    assert bins == 64 and sketch_keys(64, seed=3) == (bins, key, densify) != sketch_keys(64, seed=4)
     rng = np.random.default_rng(0)
-    # More shingles than one block, so that the blocks' minima are combined.
-    shingles = np.unique(rng.integers(0, 1 << 32, size=dedup._BLOCK * 2 + 17, dtype=np.uint64))
-    expected = [min(((int(x) * int(ai) + int(bi)) % (1 << 64)) >> 32 for x in shingles) for ai, bi in zip(a, b)]
-    assert signature(shingles, a, b).tolist() == expected
-
-
-def test_the_permutations_are_the_seeds():
-    assert [x.tolist() for x in permutations(4, 0)] == [x.tolist() for x in permutations(4, 0)]
-    assert permutations(4, 0)[0].tolist() != permutations(4, 1)[0].tolist()
+    for n in (1, 5, 40, 63, 500, 5000):  # from nearly every bin empty to none
+        shingles = rng.integers(0, 1 << 32, size=n, dtype=np.uint64)
+        assert signature(shingles, bins, key, densify).tolist() == _signature_by_hand(
+            shingles.tolist(), bins, key, densify), n
 
 
 def test_a_record_without_shingles_is_like_nothing():
-    a, b = permutations(8, 0)
-    empty = signature(np.zeros(0, dtype=np.uint64), a, b)
+    perms = sketch_keys(8, 0)
+    empty = signature(np.zeros(0, dtype=np.uint64), *perms)
     assert empty.tolist() == [int(EMPTY)] * 8
     assert similarity(empty, empty) == 0.0
-    some = signature(np.array([1, 2, 3], dtype=np.uint64), a, b)
+    some = signature(np.array([1, 2, 3], dtype=np.uint64), *perms)
     assert similarity(some, some) == 1.0 and similarity(some, empty) == 0.0
 
 
@@ -89,11 +103,12 @@ def test_band_keys_depend_on_the_band_and_its_values():
     same = np.array([5, 6, 5, 6], dtype=np.uint32)
     k = band_keys(same, 2, 2)
     assert k[0] != k[1]
-    # By hand: the band's number, then each value, mixed in.
-    h = _mix64((1 + 0x9E3779B97F4A7C15) & M64)
-    for v in (5, 6):
-        h = _mix64(h ^ v)
-    assert int(k[1]) == h
+    # By hand: the values' weighted sum modulo 2^64, the band's number mixed in.
+    weights = [int(w) for w in dedup._BAND_MULTIPLIERS[:2]]
+    assert all(w % 2 == 1 for w in weights)
+    assert int(k[1]) == _mix64(((5 * weights[0] + 6 * weights[1]) & M64) ^ _mix64((1 + 0x9E3779B97F4A7C15) & M64))
+    # Only the first bands * rows values make bands: the rest of a signature is for the similarity.
+    assert band_keys(np.arange(20, dtype=np.uint32), 3, 4).tolist() == keys.tolist()
 
 
 def test_exact_keys_see_where_the_keys_of_a_record_divide():
@@ -103,14 +118,17 @@ def test_exact_keys_see_where_the_keys_of_a_record_divide():
 
 
 def test_the_default_s_curve_finds_near_copies_and_leaves_near_misses():
-    """Issue #46's targets for the defaults (30 bands of 10, verified at 0.8): a pair at Jaccard 0.85 found with
-    probability at least 0.99, one at 0.6 at most 0.01 (with the verification, far less)."""
+    """Issue #46's targets for the defaults (20 bands of 8 of 400 values, verified at 0.8): a pair at Jaccard 0.85
+    found with probability at least 0.99, one at 0.6 at most 0.01 (with the verification, far less)."""
     config = DedupConfig("near")
+    assert (config.bands, config.rows, config.values) == (20, 8, 400)
     assert detection_probability(0.85, config) >= 0.99
     assert detection_probability(0.6, config) <= 0.01
     assert detection_probability(1.0, config) == 1.0
-    # 128 hashes (16 x 8) would verify a pair at 0.85 only 94% of the time: the estimate's spread at k = 128.
-    assert detection_probability(0.85, DedupConfig("near", bands=16, rows=8)) < 0.95
+    # 128 values (16 x 8) would verify a pair at 0.85 only 94% of the time: the estimate's spread at k = 128.
+    assert detection_probability(0.85, DedupConfig("near", bands=16, rows=8, values=128)) < 0.95
+    # LSH alone, without the verification, would need 84 bands of 18 for both targets.
+    assert 1 - (1 - 0.85 ** 8) ** 20 > 0.99 and 1 - (1 - 0.6 ** 8) ** 20 > 0.2
 
 
 def _pair_at(jaccard: float, size: int, rng) -> tuple[np.ndarray, np.ndarray]:
@@ -133,9 +151,9 @@ def test_measured_detection_follows_the_curve(jaccard, low, high):
     rng = np.random.default_rng(int(jaccard * 100))
     found = 0
     for trial in range(400):
-        a, b = permutations(config.hashes, seed=trial)
+        perms = sketch_keys(config.hashes, seed=trial)
         x, y = _pair_at(jaccard, 400, rng)
-        sx, sy = signature(x, a, b), signature(y, a, b)
+        sx, sy = signature(x, *perms), signature(y, *perms)
         candidate = bool(np.any(band_keys(sx, config.bands, config.rows) == band_keys(sy, config.bands, config.rows)))
         found += candidate and similarity(sx, sy) >= config.threshold
     assert low <= found / 400 <= high, found
@@ -262,7 +280,7 @@ def test_the_signature_of_repeated_shingles_is_that_of_the_distinct_ones():
         repeats = shingle_hashes(ids, 3, table, distinct=False)
         distinct = shingle_hashes(ids, 3, table)
         assert len(repeats) > len(distinct) and np.unique(repeats).tolist() == distinct.tolist()
-    perms = permutations(300, 0)
+    perms = sketch_keys(300, 0)
     config = DedupConfig("near", shingle=3)
     _, sig = fingerprint((ids,), config, perms, chars)
     assert sig.tolist() == signature(shingle_hashes(ids, 3, chars), *perms).tolist()

@@ -180,8 +180,8 @@ def test_every_family_keeps_its_first_record_and_lists_the_others(planted, near_
     assert section["documents_removed"] == {"exact": 23, "near": 52}
     assert section["listed"] == 75 and section["duplicate_groups"] == 20 + 40 + 5 + 2 + 1
     assert section["group_sizes"] == {"2": 61, "3-4": 7}
-    assert (section["kind"], section["threshold"], section["bands"], section["rows"], section["shingle_characters"]
-            ) == ("near", 0.8, 30, 10, 12)
+    assert (section["kind"], section["threshold"], section["bands"], section["rows"], section["values"],
+            section["shingle_characters"]) == ("near", 0.8, 20, 8, 400, 12)
     assert sum(s["documents_removed"]["near"] for s in section["per_source"].values()) == 52
 
 
@@ -282,6 +282,7 @@ def test_a_job_without_dedup_says_nothing_of_it(planted, tmp_path):
     (["--dedup", "fuzzy"], "dedup: 'fuzzy' is not one of exact, near"),
     (["--dedup", "near", "--dedup_threshold", "0"], "dedup_threshold: 0.0 is not within (0, 1]"),
     (["--dedup", "near", "--dedup_bands", "0"], "dedup_bands: must be >= 1"),
+    (["--dedup", "near", "--dedup_bands", "60"], "dedup_bands x dedup_rows (60 x 8) exceed dedup_values (400)"),
     (["--dedup_against", "idx"], "dedup_against needs dedup (exact or near)"),
 ])
 def test_bad_dedup_settings_are_refused_by_name(flags, message, tmp_path):
@@ -412,7 +413,7 @@ def test_a_later_job_removes_what_an_earlier_jobs_index_holds(planted, near_job,
     index = tmp_path / "index"
     made = run_job(_args(first, tmp_path / "out1", "--dedup", "near", "--dedup_index", str(index)))
     meta = json.loads((index / "index.json").read_text())
-    assert meta["records"] == made["input"]["used"] and (meta["kind"], meta["bands"]) == ("near", 30)
+    assert meta["records"] == made["input"]["used"] and (meta["kind"], meta["bands"], meta["values"]) == ("near", 20, 400)
     params = run_job(_args(later, tmp_path / "out2", "--dedup", "near", "--dedup_against", str(index)))
 
     def key(r):
@@ -431,7 +432,7 @@ def test_a_later_job_removes_what_an_earlier_jobs_index_holds(planted, near_job,
 @pytest.mark.parametrize("flags, message", [
     (["--tokenizer_type", "NeoXTokenizer", "--encoder_file",
       str(SHARED / "tokenizers" / "olmo-dolma2" / "tokenizer.json")], "its tokenizer is"),
-    (["--dedup_bands", "20"], "its bands is 30, this job's 20"),
+    (["--dedup_bands", "10"], "its bands is 20, this job's 10"),
 ])
 def test_an_index_of_other_settings_is_refused(planted, tmp_path, capsys, flags, message):
     from pipelines.create_hdf5_dataset import main
@@ -461,7 +462,8 @@ def test_index_problems_name_each_difference():
     exact = index_settings(DedupConfig("exact"), "tok")
     assert index_problems(exact, DedupConfig("near"), "tok") == [
         "its kind is 'exact', this job's 'near'", "its shingle is None, this job's 12",
-        "its bands is None, this job's 30", "its rows is None, this job's 10"]
+        "its bands is None, this job's 20", "its rows is None, this job's 8",
+        "its values is None, this job's 400"]
     assert index_problems(near, DedupConfig("near", seed=2), "other") == [
         "its seed is 0, this job's 2", "its tokenizer is 'tok', this job's 'other'"]
 

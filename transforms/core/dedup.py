@@ -13,12 +13,13 @@ same bytes on every engine and worker count.
 
 Near duplicates, in the stage's steps:
 
-1. `signature`: MinHash over the record's 32-bit shingle hashes, `bands * rows` hash functions of
-   Dietzfelbinger's multiply-add-shift family (the top 32 bits of a * x + b mod 2^64, a odd and b drawn from
-   the seed: strongly universal for 32-bit x, and three times as fast in numpy as (a * x + b) mod 2^61 - 1,
-   whose division dominated), computed on numpy arrays a block of shingles at a time (memory bounded whatever
-   the record's length).
-2. `band_keys`: one 64-bit key per band; records sharing a key are candidates (grouped by key, each bucket
+1. `signature`: `values` (400) values over the record's 32-bit shingle hashes by densified one-permutation
+   hashing: each shingle hashed once to a bin and a value, the least value per bin, empty bins filled by
+   optimal densification. The same collision probability as MinHash's (the shingles' Jaccard), at one hash
+   per shingle rather than one per shingle and value; measured over 1,000 pairs per Jaccard, unbiased, with
+   the spread of independent hashes (or less) from 100 shingles on and a fifth more at 20.
+2. `band_keys`: one 64-bit key per band of the first `bands * rows` values (20 x 8: few elements to shuffle,
+   yet a pair at 0.85 a candidate with probability 0.998); records sharing a key are candidates (grouped by key, each bucket
    yielding the pairs of its first record with every other: a star, which connects the bucket as well as all
    its pairs would).
 3. `similarity`: the share of equal signature values, an unbiased estimate of the shingle Jaccard; a candidate
@@ -42,7 +43,7 @@ import numpy as np
 from transforms.core.reasons import DUPLICATE_EXACT, DUPLICATE_NEAR
 from transforms.core.seeds import derive_seed, hash_key
 
-__all__ = ["DedupConfig", "exact_key", "shingle_hashes", "permutations", "signature", "band_keys", "similarity",
+__all__ = ["DedupConfig", "exact_key", "shingle_hashes", "sketch_keys", "signature", "band_keys", "similarity",
            "detection_probability", "large_star", "small_star", "star_round", "components", "union_find",
            "survivor", "EMPTY", "EXACT", "NEAR", "DROP_REASONS", "ROUNDS", "node_of", "batch_key_of", "fingerprint",
            "bucket_edges", "settled", "record_line", "listing_record", "size_bucket", "dedup_section", "check_dedup",
@@ -59,7 +60,6 @@ ROUNDS = 16
 
 _MAX32 = (1 << 32) - 1
 EMPTY = np.uint32(_MAX32)  # every value of the signature of a record without shingles
-_BLOCK = 4096  # shingles hashed at a time: bands * rows * _BLOCK * 8 bytes at most (10 MB at 300 hashes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,8 +67,9 @@ class DedupConfig:
     kind: str  # "exact" (identical token ids) or "near" (exact, then MinHash-LSH)
     threshold: float = 0.8  # Jaccard of shingles at which two records are near duplicates
     shingle: int = 12  # characters per shingle (runs of whole tokens holding them; without a table, token ids)
-    bands: int = 30
-    rows: int = 10
+    bands: int = 20  # LSH: records sharing a band's values are candidates
+    rows: int = 8
+    values: int = 400  # the signature's values: a candidate's estimated similarity (bands * rows of them band)
     seed: int = 0
 
     def __post_init__(self):
@@ -78,10 +79,13 @@ class DedupConfig:
             raise ValueError(f"dedup_threshold must lie in (0, 1], not {self.threshold}")
         if self.shingle < 1 or self.bands < 1 or self.rows < 1:
             raise ValueError("dedup shingle, bands and rows must be at least 1")
+        if self.bands * self.rows > self.values:
+            raise ValueError(f"dedup bands x rows ({self.bands} x {self.rows}) exceed the signature's "
+                             f"{self.values} values")
 
     @property
     def hashes(self) -> int:
-        return self.bands * self.rows
+        return self.values
 
 
 def exact_key(values: Sequence[np.ndarray], seed: int = 0) -> bytes:
@@ -137,12 +141,21 @@ _BASE = np.uint64(0x9E3779B97F4A7C15)  # odd: invertible modulo 2^64
 _BASE_INVERSE = np.uint64(pow(int(_BASE), -1, 1 << 64))
 
 
+_POWERS: dict = {}
+
+
 def _powers(base: np.uint64, n: int) -> np.ndarray:
-    """base^0 .. base^(n-1) modulo 2^64."""
-    out = np.full(n, base, dtype=np.uint64)
-    out[0] = 1
-    with np.errstate(over="ignore"):
-        return np.cumprod(out, dtype=np.uint64)
+    """base^0 .. base^(n-1) modulo 2^64 (a table kept per base, grown by doubling: a record's shingles need a
+    prefix of it)."""
+    table = _POWERS.get(int(base))
+    if table is None or len(table) < n:
+        size = max(n, 2 * len(table) if table is not None else 4096)
+        table = np.full(size, base, dtype=np.uint64)
+        table[0] = 1
+        with np.errstate(over="ignore"):
+            table = np.cumprod(table, dtype=np.uint64)
+        _POWERS[int(base)] = table
+    return table[:n]
 
 
 def _char_shingles(ids: np.ndarray, width: int, chars: np.ndarray) -> np.ndarray:
@@ -173,38 +186,59 @@ def token_chars(pieces: Sequence[bytes]) -> np.ndarray:
     return np.fromiter((sum((b & 0xC0) != 0x80 for b in p) for p in pieces), dtype=np.int64, count=len(pieces))
 
 
-def permutations(hashes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The (a, b) of `hashes` hash functions x -> (a * x + b mod 2^64) >> 32, drawn from the seed: a odd, a and b
-    64-bit."""
+def sketch_keys(hashes: int, seed: int) -> tuple[int, int, int]:
+    """The signature's parameters: (its values, the key that hashes a shingle to its bin and value, the key of
+    densification's choices), drawn from the seed."""
     rng = np.random.default_rng(derive_seed(seed, "dedup:minhash"))
-    a = rng.integers(0, 1 << 63, size=hashes, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-    b = rng.integers(0, 1 << 64, size=hashes, dtype=np.uint64)
-    return a, b
+    key, densify = (int(k) for k in rng.integers(0, 1 << 64, size=2, dtype=np.uint64))
+    return hashes, key, densify
 
 
-def signature(shingles: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The MinHash signature (uint32, one value per hash function) of a record's shingle hashes; all EMPTY for a
-    record without shingles."""
-    out = np.full(len(a), EMPTY, dtype=np.uint32)
-    shingles = np.asarray(shingles, dtype=np.uint64)
-    with np.errstate(over="ignore"):  # the products wrap modulo 2^64, as the family is defined
-        for start in range(0, len(shingles), _BLOCK):
-            values = np.multiply(shingles[start:start + _BLOCK, None], a)
-            values += b
-            # The shift is monotone: the top bits of the minimum are the minimum of the top bits.
-            np.minimum(out, (values.min(axis=0) >> np.uint64(32)).astype(np.uint32), out=out)
-    return out
+def signature(shingles: np.ndarray, bins: int, key: int, densify: int) -> np.ndarray:
+    """A record's signature: `bins` uint32 values by densified one-permutation hashing (Shrivastava, "Optimal
+    Densification for Fast and Accurate Minwise Hashing", 2017); all EMPTY for a record without shingles.
+
+    Each shingle is hashed once (keyed) to a bin and a 32-bit value; a bin holds the least value of its
+    shingles. A bin no shingle fell in copies the value of the first filled bin in its own keyed sequence of bins
+    (the same sequence for every record), so that two records' values at a bin are equal with probability their
+    shingles' Jaccard, as MinHash's are, at the cost of one hash per shingle instead of one per shingle and value
+    (0.04 ms against 2.3 ms for 5,000 shingles and 300 values).
+    """
+    out = np.full(bins, EMPTY, dtype=np.uint32)
+    if len(shingles) == 0:
+        return out
+    with np.errstate(over="ignore"):
+        h = _mix64(np.asarray(shingles, dtype=np.uint64) ^ np.uint64(key))
+        which = (((h >> np.uint64(32)) * np.uint64(bins)) >> np.uint64(32)).astype(np.intp)  # uniform in [0, bins)
+        np.minimum.at(out, which, (h & np.uint64(_MAX32)).astype(np.uint32))
+        filled = np.zeros(bins, dtype=bool)
+        filled[which] = True
+        if filled.all():
+            return out
+        dense, todo, attempt = out.copy(), np.flatnonzero(~filled), 0
+        while len(todo):
+            attempt += 1
+            mixed = _mix64(np.uint64(densify) ^ (todo.astype(np.uint64) << np.uint64(20)) ^ np.uint64(attempt))
+            source = (((mixed >> np.uint64(32)) * np.uint64(bins)) >> np.uint64(32)).astype(np.intp)
+            found = filled[source]
+            dense[todo[found]] = out[source[found]]
+            todo = todo[~found]
+    return dense
+
+
+# Odd 64-bit multipliers of a band's values (a fixed draw: keys must agree across jobs and workers).
+_BAND_MULTIPLIERS = np.random.default_rng(0x5EED_BA4D).integers(0, 1 << 63, size=256, dtype=np.uint64) * 2 + 1
 
 
 def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
-    """One 64-bit key per band of `rows` consecutive signature values, the band's number mixed in (equal values in
-    two bands are not a candidate)."""
+    """One 64-bit key per band of `rows` consecutive signature values (the first bands * rows): the values'
+    weighted sum modulo 2^64, the band's number mixed in (equal values in two bands are not a candidate), all
+    bands at once."""
     sig = np.asarray(sig, dtype=np.uint32)[:bands * rows].reshape(bands, rows).astype(np.uint64)
     with np.errstate(over="ignore"):
-        h = _mix64(np.arange(bands, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15))
-        for j in range(rows):
-            h = _mix64(h ^ sig[:, j])
-    return h
+        weights = _BAND_MULTIPLIERS[np.arange(rows) % len(_BAND_MULTIPLIERS)]
+        summed = (sig * weights).sum(axis=1, dtype=np.uint64)
+        return _mix64(summed ^ _mix64(np.arange(bands, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)))
 
 
 def similarity(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
@@ -339,7 +373,7 @@ def batch_key_of(node: Node) -> tuple:
 def fingerprint(arrays: Sequence[np.ndarray], config: DedupConfig, perms,
                 chars: Optional[np.ndarray] = None) -> tuple[bytes, Optional[np.ndarray]]:
     """A record's exact key and (near) its MinHash signature over the shingles of its ids, its keys' ids one after
-    the other. `perms`: `permutations(config.hashes, config.seed)`; `chars`: characters per token id (shingles
+    the other. `perms`: `sketch_keys(config.hashes, config.seed)`; `chars`: characters per token id (shingles
     of config.shingle characters; None: of config.shingle ids)."""
     key = exact_key(arrays, config.seed)
     if config.kind != NEAR:
@@ -394,7 +428,7 @@ def index_settings(config: DedupConfig, tokenizer: str) -> dict:
     index of the same."""
     out = {"kind": config.kind, "seed": config.seed, "tokenizer": tokenizer}
     if config.kind == NEAR:
-        out.update(shingle=config.shingle, bands=config.bands, rows=config.rows)
+        out.update(shingle=config.shingle, bands=config.bands, rows=config.rows, values=config.values)
     return out
 
 
@@ -404,7 +438,7 @@ def index_problems(found: Mapping, config: DedupConfig, tokenizer: str) -> list[
     want = index_settings(config, tokenizer)
     if config.kind == EXACT and found.get("kind") == NEAR:
         want = {**index_settings(DedupConfig(NEAR, seed=config.seed), tokenizer),
-                **{k: found.get(k) for k in ("shingle", "bands", "rows")}}
+                **{k: found.get(k) for k in ("shingle", "bands", "rows", "values")}}
     return [f"its {key} is {found.get(key)!r}, this job's {value!r}" for key, value in want.items()
             if found.get(key) != value]
 

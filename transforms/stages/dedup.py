@@ -19,6 +19,7 @@ logic is transforms/core/dedup.py's.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Optional, Tuple
 
 import apache_beam as beam
@@ -28,13 +29,14 @@ from apache_beam import pvalue
 from transforms.core.dedup import (COUNTER_PREFIX, DROP_REASONS, EARLIER, EXACT, NEAR, ROUNDS, THIS_JOB,
                                    DedupConfig, band_keys,
                                    batch_key_of, bucket_edges, fingerprint, large_star, listing_record, node_of,
-                                   permutations, record_line, settled, similarity, size_bucket, small_star,
+                                   record_line, settled, sketch_keys, similarity, size_bucket, small_star,
                                    token_chars, unit_base)
 from transforms.core.detok import token_pieces
 from transforms.core.tokenizer import shared_tokenizer
 from transforms.core.units import line_bases
 from transforms.io.dedup_index import read_index_part, write_index_meta, write_index_part
 from transforms.io.dedup_listing import write_listing
+from transforms.io.spill import load_tokens, spill_tokens
 from transforms.stages import coders  # noqa: F401  (registers the batches' coder)
 
 __all__ = ["DeduplicateDocuments", "ReadDedupIndex"]
@@ -53,7 +55,7 @@ class _Fingerprint(beam.DoFn):
 
     def setup(self):
         if self._config.kind == NEAR:
-            self._perms = permutations(self._config.hashes, self._config.seed)
+            self._perms = sketch_keys(self._config.hashes, self._config.seed)
             # Shingles are runs of whole tokens holding dedup_shingle characters: each id's characters.
             self._chars = token_chars(token_pieces(shared_tokenizer(self._tokenizer_files.load())))
 
@@ -160,6 +162,31 @@ def _batch_key(batch):
     return (g.relpath, g.slice_index, -1 if g.part is None else g.part)
 
 
+@dataclasses.dataclass
+class _Waiting:
+    """A batch waiting for its removals on disk (spill_tokens): its group, statistics, origins and where its
+    tokens are. What crosses the join is this, not the tokens, so a local runner does not hold the corpus."""
+
+    group: object
+    stats: object
+    origins: object
+    ref: object
+
+
+def _keyed(batch, directory: Optional[str]):
+    if directory is None:
+        return _batch_key(batch), batch
+    return _batch_key(batch), _Waiting(batch.group, batch.stats, batch.origins, spill_tokens(directory, batch))
+
+
+def _unspilled(batch):
+    if not isinstance(batch, _Waiting):
+        return batch
+    loaded = load_tokens(batch.ref, batch.group, batch.stats)
+    loaded.origins = batch.origins
+    return loaded
+
+
 def _apply(item):
     """A batch without its removed records; each counted dropped for its kind's reason, with its tokens."""
     key, joined = item
@@ -169,7 +196,7 @@ def _apply(item):
         if batches or removed:
             raise RuntimeError(f"deduplication: {len(batches)} batches of group {key}")
         return
-    batch = batches[0]
+    batch = _unspilled(batches[0])
     if not removed:
         yield batch
         return
@@ -264,9 +291,11 @@ class DeduplicateDocuments(beam.PTransform):
 
     def __init__(self, config: DedupConfig, output_dir: str, dead_letters, tokenizer_files, *,
                  first_only: bool = False, earlier=None, against: Optional[str] = None,
-                 index_dir: Optional[str] = None, index_meta: Optional[dict] = None):
+                 index_dir: Optional[str] = None, index_meta: Optional[dict] = None,
+                 storage_dir: Optional[str] = None):
         """tokenizer_files: the job's tokenizer (how many characters each id holds); earlier: the records of an earlier job's index (ReadDedupIndex), `against` its directory; index_dir:
-        where this job's kept records go for a later job (`index_meta`: its index.json)."""
+        where this job's kept records go for a later job (`index_meta`: its index.json); storage_dir: where the
+        tokenized batches wait for their removals (None: in the runner)."""
         super().__init__()
         self._config = config
         self._output_dir = output_dir
@@ -277,6 +306,7 @@ class DeduplicateDocuments(beam.PTransform):
         self._against = against
         self._index_dir = index_dir
         self._index_meta = index_meta
+        self._storage_dir = storage_dir
 
     def expand(self, batches):
         cfg = self._config
@@ -297,7 +327,7 @@ class DeduplicateDocuments(beam.PTransform):
         if self._earlier is not None:  # (an earlier job's records are there to be kept, not removed)
             removals = removals | "OfThisJob" >> beam.Filter(lambda r: r[0][0] == THIS_JOB)
         kept_batches = (
-            {"batch": batches | "KeyBatches" >> beam.Map(lambda b: (_batch_key(b), b)),
+            {"batch": batches | "KeyBatches" >> beam.Map(_keyed, self._storage_dir),
              "removed": removals | "ByBatch" >> beam.Map(lambda r: (batch_key_of(r[0]), (r[0][3], r[0][4], r[1])))}
             | "JoinBatches" >> beam.CoGroupByKey()
             | "RemoveDuplicates" >> beam.FlatMap(_apply))
@@ -379,7 +409,7 @@ class DeduplicateDocuments(beam.PTransform):
         settings = {"kind": cfg.kind, "seed": cfg.seed}
         if cfg.kind == NEAR:
             settings.update(threshold=cfg.threshold, shingle_characters=cfg.shingle, bands=cfg.bands,
-                            rows=cfg.rows, rounds=ROUNDS)
+                            rows=cfg.rows, values=cfg.values, rounds=ROUNDS)
         if self._against is not None:
             settings["against_index"] = self._against
         if self._index_dir is not None:
