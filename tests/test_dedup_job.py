@@ -476,3 +476,32 @@ def test_the_estimate_says_it_cannot_see_the_corpus_duplicates(planted, capsys):
     argv.remove("unused")
     assert main(["estimate", *argv, *RUNNER]) == 0
     assert "note: dedup: only the sample's own duplicates are removed" in capsys.readouterr().out
+
+
+def test_a_mixture_draws_from_the_deduplicated_records(planted, tmp_path):
+    """Deduplication comes before the mixture's draw: each source's available documents and tokens are those
+    left after it, so the budgets count deduplicated tokens; the copies across sources are removed too."""
+    root = tmp_path / "sources"
+    for name in ("a", "c"):
+        (root / name).mkdir(parents=True)
+        (root / name / f"{name}.jsonl").write_text((planted["root"] / "in" / f"{name}.jsonl").read_text())
+    mixture = json.dumps([{"source": str(root / "a"), "weight": 0.5, "max_repeats": 3},
+                          {"source": str(root / "c"), "weight": 0.5, "max_repeats": 3}])
+    args = ["LMData", "--mixture", mixture, "--output_dir", str(tmp_path / "out"), *TOKENIZER,
+            "--max_seq_length", "256", "--display_pbar", "False", "--dedup", "exact"]
+    params = run_job(args)
+    removed = params["dedup"]["documents_removed"]["exact"]
+    sources = params["mixture"]["sources"]
+    # c.jsonl holds an exact copy of every exact family's first record (in a.jsonl), and the short "Hi."'s copy
+    # is in b.jsonl, not here: 20 removed, all from c.
+    assert removed == 20 and params["input"]["dropped_by_reason"]["duplicate_exact"] == 20
+    read = {name: params["input"]["per_source"][path]["documents_read"]
+            for name in ("a", "c") for path in params["input"]["per_source"] if f"/{name}.jsonl" in path}
+    assert sources["a"]["documents_available"] == read["a"]
+    assert sources["c"]["documents_available"] == read["c"] - 20
+    plain = args[:-2]
+    plain[plain.index("--output_dir") + 1] = str(tmp_path / "plain")
+    without = run_job(plain)
+    assert without["mixture"]["sources"]["c"]["documents_available"] == read["c"]
+    assert without["mixture"]["sources"]["c"]["tokens_available"] > sources["c"]["tokens_available"]
+    assert _verify(tmp_path / "out") == []

@@ -394,3 +394,50 @@ def test_map_dataset_reads_rows_by_index_from_gs(gcs, tmp_path):
     for i in np.random.default_rng(0).integers(0, len(local), size=40).tolist() + [len(local) - 1]:
         assert all(np.array_equal(remote[i][k], v) for k, v in local[i].items()), i
     remote.close()
+
+
+def test_dedup_reads_and_writes_the_bucket_as_a_local_run(gcs, tmp_path):
+    """--dedup near from gs:// to gs://, its batches waiting in the bucket (as on Dataflow) and its index written
+    there: the listing, the index and the shards equal a local run's, and a later job reads the index back."""
+    require_shared(LM)
+    require_shared(NEOX)
+    from pipelines.config import load_config
+    from pipelines.job import run
+
+    fs, bucket = gcs
+    local_in = tmp_path / "in"
+    local_in.mkdir()
+    for f in sorted(LM.iterdir()):
+        (local_in / f.name).write_bytes(f.read_bytes())
+    (local_in / "zz_copy.jsonl").write_bytes((LM / "part_1.jsonl").read_bytes())  # every record again
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(YAML)
+    dedup = ["--dedup", "near"]
+    local_out = tmp_path / "out"
+    local = run_job(_args(str(local_in), str(local_out), str(NEOX), str(cfg))
+                    + dedup + ["--dedup_index", str(tmp_path / "index")])
+    assert local["dedup"]["documents_removed"]["exact"] >= 10
+    for f in sorted(local_in.iterdir()):
+        fs.put_file(str(f), f"{bucket}/in/{f.name}")
+    gs_in, gs_out, gs_index = f"gs://{bucket}/in", f"gs://{bucket}/out", f"gs://{bucket}/index"
+    config, beam_args = load_config(_args(gs_in, gs_out, str(NEOX), str(cfg)) + dedup
+                                    + ["--dedup_index", gs_index] + RUNNER)
+    run(config, beam_args, {"storage_dir": f"{gs_out}/.tmp/groups"})
+    remote = _objects(fs, f"{bucket}/out")
+    assert not [n for n in remote if n.startswith(".tmp/")]
+    local_files = {str(p.relative_to(local_out)): p for p in local_out.rglob("*") if p.is_file()}
+    for name, path in local_files.items():
+        if name.endswith(".h5") or name.startswith("dedup/"):
+            assert fs.cat(f"{bucket}/out/{name}") == path.read_bytes(), name
+    index = {str(p.relative_to(tmp_path / "index")): p for p in (tmp_path / "index").rglob("*") if p.is_file()}
+    assert sorted(_objects(fs, f"{bucket}/index")) == sorted(index)
+    for name, path in index.items():
+        if name.startswith("parts/"):
+            assert fs.cat(f"{bucket}/index/{name}") == path.read_bytes(), name
+    # A later job against the index in the bucket: the copy of part_1 is already there.
+    later = tmp_path / "later"
+    later.mkdir()
+    (later / "again.jsonl").write_bytes((LM / "part_1.jsonl").read_bytes())
+    again = run_job(_args(str(later), str(tmp_path / "later_out"), str(NEOX), str(cfg)) + dedup
+                    + ["--dedup_against", gs_index])
+    assert again["dedup"]["against"] == again["input"]["good"] > 0

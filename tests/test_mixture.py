@@ -520,5 +520,11 @@ def test_check_mixture_names_each_problem():
         "input.good is 11, the mixture's sources make 12", "input.repeats is 0, the mixture's sources make 2",
         "input.dropped_by_reason.not_in_mixture is 5, the mixture left 6 documents"]
     assert check_mixture(_SECTION, {**_INPUT, "good": 14, "dropped": 9}, encoded=True) == [
-        "input.good is 14, the mixture's sources make 15 (with the 3 records dropped while encoding)"]
+        "input.good is 14, the mixture's sources make 15 (with the 3 records dropped before the draw)"]
+    # A text mode's duplicates are removed before the draw, and so never available either.
+    duplicates = {**_INPUT, "good": 16, "dropped": 10,
+                  "dropped_by_reason": {**_INPUT["dropped_by_reason"], "duplicate_exact": 3, "duplicate_near": 1}}
+    assert check_mixture(_SECTION, duplicates) == []
+    assert check_mixture(_SECTION, {**duplicates, "good": 15}) == [
+        "input.good is 15, the mixture's sources make 16 (with the 4 records dropped before the draw)"]
     assert check_mixture({"sources": {"a": {}}}, _INPUT) == ["mixture section is malformed (KeyError('tokens_taken'))"]

@@ -454,15 +454,18 @@ def check_mixture(section: Mapping, inp: Mapping, *, encoded: bool = False) -> l
             if s["tokens_taken"] > 0 and s["documents_taken"] == 0:
                 problems.append(f"mixture.{name}: {s['tokens_taken']} tokens taken from no document")
         dropped = inp.get("dropped_by_reason", {}).get(NOT_IN_MIXTURE, 0)
-        # The chat modes choose among encoded records: those dropped while encoding (too long, ...) were never
-        # available. The text modes choose among tokenized documents, which only their rows drop.
-        before = inp.get("dropped", 0) - dropped if encoded else 0
+        # The chat modes choose among encoded records: those dropped while encoding (too long, ...) or as
+        # duplicates were never available. The text modes choose among tokenized documents, which only
+        # deduplication (before the draw) and their rows (after it) drop.
+        by_reason = inp.get("dropped_by_reason", {})
+        duplicates = by_reason.get(reasons.DUPLICATE_EXACT, 0) + by_reason.get(reasons.DUPLICATE_NEAR, 0)
+        before = inp.get("dropped", 0) - dropped if encoded else duplicates
         checks = (("good", sum(s["documents_available"] for s in sources.values()) + before),
                   ("repeats", sum(s["repeats"] for s in sources.values())))
         for key, want in checks:
             if inp.get(key, 0) != want:
                 problems.append(f"input.{key} is {inp.get(key, 0)}, the mixture's sources make {want}"
-                                + (f" (with the {before} records dropped while encoding)" if before else ""))
+                                + (f" (with the {before} records dropped before the draw)" if before else ""))
         want = sum(s["documents_available"] - s["documents_taken"] for s in sources.values())
         if dropped != want:
             problems.append(f"input.dropped_by_reason.{NOT_IN_MIXTURE} is {dropped}, the mixture left {want} "
