@@ -120,3 +120,23 @@ def test_every_mode_as_a_mixture_verifies(mode, splits, tmp_path):
     if splits:
         assert [o["path"] for o in summary["outputs"]] == ["train", "validation"]
     _verify(out)
+
+
+@pytest.mark.parametrize("mode", sorted(MODE_FLAGS))
+def test_every_mode_deduplicated_verifies(mode, tmp_path):
+    """Each mode's records with copies of a third of them, deduplicated (near) before a split: every copy is
+    removed, listed and counted, and verify accepts the outputs and the job's summary (the class of defect the
+    mixture's check had: a new stage that drops records must not make a job's output unverifiable)."""
+    a, b = _sources(mode, tmp_path / "in")
+    (a / "copies.jsonl").write_text((b / "part.jsonl").read_text())  # b's 30 records twice in one input
+    out = tmp_path / "out"
+    summary = run_job([mode, *MODE_FLAGS[mode], "--input_dir", str(tmp_path / "in"), "--output_dir", str(out),
+                       "--tokenizer_type", "HuggingFaceTokenizer", "--huggingface_tokenizer",
+                       str(require_shared(HF)), "--max_seq_length", "128", "--dedup", "near",
+                       "--data_splits", "train=0.7,validation=0.3"])
+    # Every copy is removed but those whose record was dropped before (a pair too long for DPO's rows), as its
+    # original was.
+    other = summary["input"]["dropped"] - sum(summary["dedup"]["documents_removed"].values())
+    assert 30 - other <= summary["dedup"]["documents_removed"]["exact"] <= 30, (summary["dedup"], other)
+    assert summary["dedup"]["listed"] == sum(summary["dedup"]["documents_removed"].values())
+    _verify(out)
