@@ -215,6 +215,7 @@ def test_exact_dedup_removes_only_copies_of_the_very_ids(planted, tmp_path):
     assert "threshold" not in params["dedup"]
 
 
+@pytest.mark.worker_processes
 def test_two_workers_write_the_same_bytes(planted, near_job, tmp_path):
     out, params = near_job
     other = run_job(_args(planted["root"] / "in", tmp_path / "out", "--dedup", "near"), runner=MULTI_PROCESSING)
