@@ -2,7 +2,8 @@
 
     input manifest -> ReadCorpus -> (SkipStoredGroups, on resume)
         -> NormalizeDocuments -> TokenizeDocuments      (modes with a chat template: EncodeConversations)
-        -> (Deduplicate -> (SkipStoredGroups, on resume: here instead)) -> (SelectMixture) -> the mode's rows -> EncodeRows -> (StoreGroups) -> WriteHdf5Shards
+        -> (Deduplicate, then SkipStoredGroups here on resume) -> (SelectMixture)
+        -> the mode's rows -> EncodeRows -> (StoreGroups) -> WriteHdf5Shards
         -> WriteDatasetParams (data_params.json)
     ReadCorpus's bad records -> WriteDeadLetters
 

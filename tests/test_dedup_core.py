@@ -284,3 +284,15 @@ def test_the_signature_of_repeated_shingles_is_that_of_the_distinct_ones():
     config = DedupConfig("near", shingle=3)
     _, sig = fingerprint((ids,), config, perms, chars)
     assert sig.tolist() == signature(shingle_hashes(ids, 3, chars), *perms).tolist()
+
+
+def test_line_numbering_counts_from_each_units_base_and_names_parquet_rows():
+    from transforms.core.dedup import line_numbering
+
+    # Units [0, 2) of 10 lines and [2, 3) of 7: group 2's indices count from line 11.
+    line = line_numbering("a.jsonl", [(2, 3, 7), (0, 2, 10)])
+    assert [line(0, 0), line(1, 4), line(2, 0), line(5, 1)] == [1, 5, 11, 12]
+    assert line_numbering("a.jsonl", [])(3, 7) == 8  # read as one unit: the index is the file's
+    assert line_numbering("x.parquet", [])(3, 7) == 7  # a 0-based row, as the dead letters name it
+    with pytest.raises(ValueError, match="missing"):
+        line_numbering("a.jsonl", [(2, 3, 7)])  # a unit's line count lost: never a wrong number

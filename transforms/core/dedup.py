@@ -18,8 +18,8 @@ Near duplicates, in the stage's steps:
    optimal densification. The same collision probability as MinHash's (the shingles' Jaccard), at one hash
    per shingle rather than one per shingle and value; measured over 1,000 pairs per Jaccard, unbiased, with
    the spread of independent hashes (or less) from 100 shingles on and a fifth more at 20.
-2. `band_keys`: one 64-bit key per band of the first `bands * rows` values (20 x 8: few elements to shuffle,
-   yet a pair at 0.85 a candidate with probability 0.998); records sharing a key are candidates (grouped by key, each bucket
+2. `band_keys`: one 64-bit key per band of the first `bands * rows` values (20 x 8: few elements to
+   shuffle, yet a pair at 0.85 a candidate with probability 0.998); records sharing a key are candidates (grouped by key, each bucket
    yielding the pairs of its first record with every other: a star, which connects the bucket as well as all
    its pairs would).
 3. `similarity`: the share of equal signature values, an unbiased estimate of the shingle Jaccard; a candidate
@@ -42,11 +42,12 @@ import numpy as np
 
 from transforms.core.reasons import DUPLICATE_EXACT, DUPLICATE_NEAR
 from transforms.core.seeds import derive_seed, hash_key
+from transforms.core.units import line_bases
 
 __all__ = ["DedupConfig", "exact_key", "shingle_hashes", "sketch_keys", "signature", "band_keys", "similarity",
            "detection_probability", "large_star", "small_star", "star_round", "components", "union_find",
            "survivor", "EMPTY", "EXACT", "NEAR", "DROP_REASONS", "ROUNDS", "node_of", "batch_key_of", "fingerprint",
-           "bucket_edges", "settled", "record_line", "listing_record", "size_bucket", "dedup_section", "check_dedup",
+           "bucket_edges", "settled", "line_numbering", "listing_record", "size_bucket", "dedup_section", "check_dedup",
            "EARLIER", "THIS_JOB", "earlier_node", "index_settings", "index_problems", "token_chars"]
 
 EXACT, NEAR = "exact", "near"
@@ -395,19 +396,20 @@ def settled(down: Sequence, up: Sequence) -> bool:
     return not down or (len(set(down)) == 1 and not up)
 
 
-def record_line(relpath: str, index: int, base: int) -> int:
-    """A record's line as the dead letters name it: 1-based in a text file, the 0-based row of a .parquet file;
-    `base`: the lines before the unit that read it (see units.line_bases)."""
-    return base + index + (0 if relpath.endswith(".parquet") else 1)
-
-
-def unit_base(bases: dict, group: int) -> int:
-    """The lines before the unit holding packing group `group`, from `units.line_bases` of its file ({}: the file
-    was read as one unit, its indices count from its start)."""
-    if not bases:
-        return 0
+def line_numbering(relpath: str, units: Iterable[tuple[int, int, int]]):
+    """(packing group, Document.index) -> a record's line in `relpath` as the dead letters name it: 1-based in a
+    text file, the 0-based row of a .parquet file. `units`: (first group, end group, lines) of the file's units
+    when it was read as several (their indices count from each unit's start; see units.line_bases), else none.
+    The units' bases are ordered once per file, not once per record."""
+    bases = line_bases(units)
     firsts = sorted(bases)
-    return bases[firsts[bisect.bisect_right(firsts, group) - 1]]
+    before = [bases[f] for f in firsts]
+    first = 0 if relpath.endswith(".parquet") else 1
+
+    def line(group: int, index: int) -> int:
+        return first + index + (before[bisect.bisect_right(firsts, group) - 1] if firsts else 0)
+
+    return line
 
 
 def listing_record(node: Node, line: int, kind: str, kept: Node, kept_line: int, similarity: float,

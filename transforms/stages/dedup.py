@@ -29,11 +29,10 @@ from apache_beam import pvalue
 from transforms.core.dedup import (COUNTER_PREFIX, DROP_REASONS, EARLIER, EXACT, NEAR, ROUNDS, THIS_JOB,
                                    DedupConfig, band_keys,
                                    batch_key_of, bucket_edges, fingerprint, large_star, listing_record, node_of,
-                                   record_line, settled, sketch_keys, similarity, size_bucket, small_star,
-                                   token_chars, unit_base)
+                                   line_numbering, settled, sketch_keys, similarity, size_bucket, small_star,
+                                   token_chars)
 from transforms.core.detok import token_pieces
 from transforms.core.tokenizer import shared_tokenizer
-from transforms.core.units import line_bases
 from transforms.io.dedup_index import read_index_part, write_index_meta, write_index_part
 from transforms.io.dedup_listing import write_listing
 from transforms.io.spill import load_tokens, spill_tokens
@@ -158,8 +157,8 @@ def _removals(item):
 
 
 def _batch_key(batch):
-    g = batch.group
-    return (g.relpath, g.slice_index, -1 if g.part is None else g.part)
+    """The key its records' removals are sent to (batch_key_of a node of the batch's group)."""
+    return batch_key_of(node_of(batch.group, "", 0))
 
 
 @dataclasses.dataclass
@@ -215,34 +214,35 @@ def _apply(item):
     yield batch.take(keep, batch.group, stats)
 
 
+def _numbering(relpath: str, joined):
+    """The line numbering of one file, from its units' line counts joined beside its records."""
+    return line_numbering(relpath, list(joined["units"]))
+
+
 def _own_lines(item):
     """Removed records of one file, each with its line; keyed by the kept record's file."""
     relpath, joined = item
-    units = list(joined["units"])
-    bases = line_bases(units) if units else {}
+    line = _numbering(relpath, joined)
     for node, kind, kept, sim in joined["removed"]:
-        yield kept[1], (node, record_line(relpath, node[4], unit_base(bases, node[2])), kind, kept, sim)
+        yield kept[1], (node, line(node[2], node[4]), kind, kept, sim)
 
 
 def _kept_lines(item, earlier: Optional[str]):
     """The kept records' lines (an earlier job's record has its own), and each removed record's listing line
     keyed by its own file."""
     relpath, joined = item
-    units = list(joined["units"])
-    bases = line_bases(units) if units else {}
-    for node, line, kind, kept, sim in joined["removed"]:
-        kept_line = kept[4] if kept[0] == EARLIER else record_line(relpath, kept[4], unit_base(bases, kept[2]))
-        yield node[1], (node, listing_record(node, line, kind, kept, kept_line, sim, earlier))
+    line = _numbering(relpath, joined)
+    for node, own, kind, kept, sim in joined["removed"]:
+        kept_line = kept[4] if kept[0] == EARLIER else line(kept[2], kept[4])
+        yield node[1], (node, listing_record(node, own, kind, kept, kept_line, sim, earlier))
 
 
 def _line_of(item):
     """This job's kept records of one file, keyed by their packing group, each with its line."""
     relpath, joined = item
-    units = list(joined["units"])
-    bases = line_bases(units) if units else {}
+    line = _numbering(relpath, joined)
     for node, exact, bands, sig in joined["kept"]:
-        yield (relpath, node[2]), (node[3], record_line(relpath, node[4], unit_base(bases, node[2])), exact,
-                                   bands, sig)
+        yield (relpath, node[2]), (node[3], line(node[2], node[4]), exact, bands, sig)
 
 
 def _survivor(item):
@@ -293,8 +293,8 @@ class DeduplicateDocuments(beam.PTransform):
                  first_only: bool = False, earlier=None, against: Optional[str] = None,
                  index_dir: Optional[str] = None, index_meta: Optional[dict] = None,
                  storage_dir: Optional[str] = None):
-        """tokenizer_files: the job's tokenizer (how many characters each id holds); earlier: the records of an earlier job's index (ReadDedupIndex), `against` its directory; index_dir:
-        where this job's kept records go for a later job (`index_meta`: its index.json); storage_dir: where the
+        """tokenizer_files: the job's tokenizer (how many characters each id holds); earlier: the records of an
+        earlier job's index (ReadDedupIndex), `against` its directory; index_dir: where this job's kept records go for a later job (`index_meta`: its index.json); storage_dir: where the
         tokenized batches wait for their removals (None: in the runner)."""
         super().__init__()
         self._config = config
@@ -311,8 +311,9 @@ class DeduplicateDocuments(beam.PTransform):
     def expand(self, batches):
         cfg = self._config
         # (Output types said: Beam infers a union with the tagged outputs', which is not a key-value pair.)
-        prints = batches | "Fingerprint" >> beam.ParDo(_Fingerprint(cfg, self._first_only, self._tokenizer_files)).with_output_types(
-            Tuple[Any, Any]).with_outputs(SIGS, main="keys")
+        fingerprint = _Fingerprint(cfg, self._first_only, self._tokenizer_files)
+        prints = batches | "Fingerprint" >> beam.ParDo(fingerprint).with_output_types(Tuple[Any, Any]).with_outputs(
+            SIGS, main="keys")
         keys, sigs = prints.keys, prints[SIGS]
         if self._earlier is not None:  # an earlier job's kept records: compared with, never removed or written
             keys = (keys, self._earlier.keys) | "WithEarlierKeys" >> beam.Flatten()
