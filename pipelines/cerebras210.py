@@ -193,6 +193,9 @@ def _token_limit(processing: dict, path: str, values: dict, notices: list) -> No
     to within half a document of the limit, whatever the order.
     """
     limit = processing.get("token_limit")
+    if limit == 0 and not isinstance(limit, bool):  # 2.10 tests `if self.token_limit:`: 0 is no limit
+        notices.append("processing.token_limit 0: no limit (2.10 reads 0 as no limit too)")
+        return
     if not _given(limit):
         return
     from transforms.core.mixture import parse_token_count

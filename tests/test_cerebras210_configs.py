@@ -843,6 +843,15 @@ def test_token_limit_is_a_one_source_budget():
     assert _tr({"processing": {"token_limit": None}}).values == _BASE_VALUES
 
 
+def test_token_limit_zero_is_no_limit_as_in_210_and_said():
+    # 2.10 tests `if self.token_limit:`, so 0 asks for no limit there; here too, but not in silence.
+    for zero in (0, 0.0):
+        config = _tr({"processing": {"token_limit": zero}})
+        assert config.values == _BASE_VALUES
+        assert config.notices == ("processing.token_limit 0: no limit (2.10 reads 0 as no limit too)",)
+    assert _tr({"processing": {"token_limit": False}}).notices == ()
+
+
 def test_token_limit_refusals():
     assert _refusal({"processing": {"token_limit": "lots"}}) == (
         "c.yaml: processing.token_limit: 'lots' is not a number of tokens (e.g. 2000000, 500M, 1.5B, 2T)")
