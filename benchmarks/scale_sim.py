@@ -32,7 +32,7 @@ EXACT_SHARE below):
                  distribution shaped as LSH bucket stars in chains: the rounds needed, at most ROUNDS
 - dedup_family:  GroupExact's largest group (the largest exact family, as decoded from the shuffle), then _family
 - dedup_bucket:  GroupBuckets' largest group (a bucket of the largest component's heads), then bucket_edges
-- dedup_join:    JoinHeadSignatures' largest group (its head and every member's signature), then _verify
+- dedup_join:    GroupHeads' largest group (its head's and every member's signature), then _verify
 - dedup_star:    a star round's largest group (the largest component's root and its neighbours), then large_star
 
 The last line is for scripts:
@@ -461,12 +461,17 @@ def _mini_stage(batches, cfg):
                 out.value if isinstance(out, pvalue.TaggedOutput) else out)
     wire["GroupBuckets"] = bands
     pre = [e for kv in _group(bands) for e in dd.bucket_edges(kv[1])]
-    wire["DistinctCandidates"] = [(e, None) for e in pre]
-    candidates = sorted(set(pre))
-    joined, wire["JoinMemberSignatures"] = _cogroup(sigs=sigs, head=candidates)
-    sent = [x for item in joined for x in st._send_signature(item)]
-    joined, wire["JoinHeadSignatures"] = _cogroup(sigs=sigs, member=sent)
-    edges = [e for item in joined for e in st._verify(item, cfg.threshold)]
+    asks = [a for e in pre for a in st._asks(e)]
+    wire["DistinctAsks"] = [(a, None) for a in asks]
+    asks = sorted(set(asks))
+    joined, wire["JoinCandidateSignatures"] = _cogroup(sigs=sigs, head=asks)
+    sent, candidate = [], []
+    for item in joined:
+        for out in st._send_signature(item):
+            (candidate if isinstance(out, pvalue.TaggedOutput) else sent).append(
+                out.value if isinstance(out, pvalue.TaggedOutput) else out)
+    wire["GroupHeads"] = sent
+    edges = [e for item in _group(sent) for e in st._verify(item, cfg.threshold)]
     verified = len(edges)
     rounds, changed = [], 0
     for r in range(dd.ROUNDS):
@@ -481,10 +486,10 @@ def _mini_stage(batches, cfg):
     ends = [x for e in edges for x in ((e[0], ("down", e[1])), (e[1], ("up", e[0])))]
     wire["GroupEnds"] = ends
     labels = [x for item in _group(ends) for x in st._labels(item)]
-    joined, wire["JoinRemovedSignatures"] = _cogroup(sigs=sigs, kept=labels)
-    sent = [x for item in joined for x in st._kept_signature(item)]
-    joined, wire["JoinKeptSignatures"] = _cogroup(sigs=sigs, removed=sent)
-    near = [x for item in joined for x in st._similarity_to_kept(item)]
+    joined, wire["JoinRemovedSignatures"] = _cogroup(sigs=candidate,
+                                                     kept=[a for label in labels for a in st._kept_asks(label)])
+    wire["GroupKept"] = [x for item in joined for x in st._kept_signature(item)]
+    near = [x for item in _group(wire["GroupKept"]) for x in st._similarity_to_kept(item)]
     joined, wire["JoinFamilies"] = _cogroup(near=near, copies=copies)
     removals = [x for item in joined for x in st._removals(item)]
     # (as the stage's ByBatch and ByFile key them: the batch's (member, index); the record's own file)
@@ -498,7 +503,7 @@ def _mini_stage(batches, cfg):
     wire["GroupSizes"] = [(r[2], 1) for r in removals]
     stage_cpu = time.process_time() - started
     return dict(wire=wire, fingerprint_cpu=fingerprint_cpu, stage_cpu=stage_cpu, candidates_pre=len(pre),
-                candidates=len(candidates), verified=verified, changed=changed, removals=removals,
+                candidates=len(candidate), asks=len(asks), sent=len(sent), verified=verified, changed=changed, removals=removals,
                 copies=len(copies), labels=len(labels), families=len(bands) // cfg.bands,
                 round_elements=[len(e) + len(d) for e, d in rounds])
 
@@ -548,13 +553,13 @@ def step_dedup_shuffle(s: dict):
     counts = {
         "GroupExact": docs,
         "GroupBuckets": dist["families"] * cfg.bands,
-        "DistinctCandidates": per_node(run["candidates_pre"]),
-        "JoinMemberSignatures": docs + per_node(run["candidates"]),
-        "JoinHeadSignatures": docs + per_node(run["candidates"]),
+        "DistinctAsks": per_node(2 * run["candidates_pre"]),
+        "JoinCandidateSignatures": docs + per_node(run["asks"]),
+        "GroupHeads": per_node(run["sent"]),
         "StarRounds": per_node(sum(run["round_elements"])),
         "GroupEnds": per_node(len(run["wire"]["GroupEnds"])),
-        "JoinRemovedSignatures": docs + dist["labels"],
-        "JoinKeptSignatures": docs + dist["labels"],
+        "JoinRemovedSignatures": per_node(run["candidates"]) + 2 * dist["labels"],
+        "GroupKept": dist["labels"] + dist["components"],  # (at most: a component of exact copies asks none)
         "JoinFamilies": dist["labels"] + dist["exact"],
         "JoinBatches": dist["removed"],
         "JoinOwnLines": dist["removed"],
@@ -563,17 +568,17 @@ def step_dedup_shuffle(s: dict):
         "GroupSizes": dist["removed"],
     }
     # a CoGroupByKey's elements from its two sides have two sizes: weigh them as the sample's wire has them
-    sig_only = {"JoinMemberSignatures", "JoinHeadSignatures", "JoinRemovedSignatures", "JoinKeptSignatures"}
+    two_sided = {"JoinCandidateSignatures": docs, "JoinRemovedSignatures": per_node(run["candidates"])}
+    sig_bearing = {*two_sided, "GroupHeads", "GroupKept"}
     rows, total, cpu_code = [], 0.0, 0.0
     for name, count in counts.items():
         elements = run["wire"][name]
-        if name in sig_only:
+        if name in two_sided:
             sig_side = [e for e in elements if e[1][0] == "sigs"]
             other = [e for e in elements if e[1][0] != "sigs"]
             sig_b = sum(len(kv.encode(e)) for e in sig_side) / len(sig_side)
             other_b = sum(len(kv.encode(e)) for e in other) / max(1, len(other))
-            other_n = count - docs
-            volume = docs * sig_b + other_n * other_b
+            volume = two_sided[name] * sig_b + (count - two_sided[name]) * other_b
             mean = volume / count
         else:
             mean = sizes[name][0]
@@ -588,16 +593,17 @@ def step_dedup_shuffle(s: dict):
     lines = [f"{name:<22} {count / 1e6:>10.1f} M x {mean:>6.0f} B = {volume / 1e9:>9.1f} GB"
              for name, count, mean, volume in rows]
     cpu_h = (minhash_cpu + cpu_code + stage_cpu) / 3600
-    sig_total = sum(v for n, _, _, v in rows if n in sig_only)
+    sig_total = sum(v for n, _, _, v in rows if n in sig_bearing)
     note = (f"defaults: {cfg.shingle}-shingles, {cfg.bands} x {cfg.rows} values, threshold {cfg.threshold}; "
             f"{docs / 1e6:.0f} M docs, {d['text_bytes'] / 1e9:.0f} GB text, {tokens / 1e9:.0f} B tokens; "
             f"{dist['components'] / 1e6:.2f} M components ({dist['over_100k']:.0f} of >= 100 k), "
             f"{dist['removed'] / 1e6:.0f} M removed ({dist['exact'] / 1e6:.0f} M exact); "
-            f"sample: {sample_docs} records ({planted} planted), {run['candidates_pre']} candidates "
-            f"({run['candidates']} distinct), {run['verified']} verified edges, {run['changed']} rounds changed\n"
+            f"sample: {sample_docs} records ({planted} planted), {run['candidates_pre']} candidate pairs "
+            f"(of {run['candidates']} records), {run['verified']} verified edges, {run['changed']} rounds changed\n"
             + "\n".join("           " + x for x in lines)
             + f"\n           total {total / 1e12:.2f} TB shuffled = {total / d['text_bytes']:.2f} x the text "
-              f"({sig_total / 1e12:.2f} TB of it signatures, 4 joins; batches "
+              f"({sig_total / 1e12:.2f} TB of it carrying signatures, all of them in one join, the candidates' in "
+              f"three; batches "
               + (f"{bytes_per_token:.2f} B/token" if spilled is None else
                  f"wait in storage, {spilled:.0f} B each crosses: in the runner they would be {bytes_per_token:.2f} "
                  f"B/token, {tokens * bytes_per_token / 1e12:.2f} TB more")
@@ -725,17 +731,16 @@ def step_dedup_bucket(s: dict):
 
 
 def step_dedup_join(s: dict):
-    """JoinHeadSignatures' largest group (JoinKeptSignatures' is its like): the head of the largest component's
-    bucket with every member's (node, signature), as CoGroupByKey lists them, then _verify."""
-    from transforms.stages.dedup import SIGS, _verify
+    """GroupHeads' largest group (GroupKept's is its like): the head of the largest component's bucket with its
+    own and every member's (node, signature), as GroupByKey lists them, then _verify."""
+    from transforms.stages.dedup import _verify
 
     m, rng = _dedup_scaled(s)["largest"], np.random.default_rng(4)
     sigs, cfg = _real_signatures(1)
     raw = sigs[0].tobytes()  # the bucket's members are near copies of its head: every one verifies
     head = _smallest_node()
-    members = list(_decoded((node, raw) for node in _nodes(m - 1, rng)))
-    joined = {SIGS: [raw], "member": members}
-    edges = sum(1 for _ in _verify((head, joined), cfg.threshold))
+    members = list(_decoded([(head, raw)])) + list(_decoded((node, raw) for node in _nodes(m - 1, rng)))
+    edges = sum(1 for _ in _verify((head, members), cfg.threshold))
     return f"head with {m - 1} members' signatures: {edges} verified edges"
 
 

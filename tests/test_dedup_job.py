@@ -430,12 +430,20 @@ def test_a_later_job_removes_what_an_earlier_jobs_index_holds(planted, near_job,
     assert _verify(tmp_path / "out2") == []
 
 
+@pytest.fixture(scope="module")
+def index_of_all(planted, tmp_path_factory):
+    """An index of the planted corpus's kept records (--dedup near --dedup_index), for the refusals."""
+    root = tmp_path_factory.mktemp("index_of_all")
+    run_job(_args(planted["root"] / "in", root / "out", "--dedup", "near", "--dedup_index", str(root / "index")))
+    return root / "index"
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--tokenizer_type", "NeoXTokenizer", "--encoder_file",
       str(SHARED / "tokenizers" / "olmo-dolma2" / "tokenizer.json")], "its tokenizer is"),
     (["--dedup_bands", "10"], "its bands is 20, this job's 10"),
 ])
-def test_an_index_of_other_settings_is_refused(planted, tmp_path, capsys, flags, message):
+def test_an_index_of_other_settings_is_refused(planted, index_of_all, tmp_path, capsys, flags, message):
     from pipelines.create_hdf5_dataset import main
 
     def refused(argv) -> str:
@@ -443,8 +451,7 @@ def test_an_index_of_other_settings_is_refused(planted, tmp_path, capsys, flags,
         assert main(argv + RUNNER) == 2
         return capsys.readouterr().err
 
-    index = tmp_path / "index"
-    run_job(_args(planted["root"] / "in", tmp_path / "out1", "--dedup", "near", "--dedup_index", str(index)))
+    index = index_of_all
     # (The later flags replace the tokenizer's or add a setting; argparse keeps the last of a flag.)
     assert message in refused(_args(planted["root"] / "in", tmp_path / "out2", "--dedup", "near",
                                     "--dedup_against", str(index), *flags))
@@ -506,3 +513,38 @@ def test_a_mixture_draws_from_the_deduplicated_records(planted, tmp_path):
     assert without["mixture"]["sources"]["c"]["documents_available"] == read["c"]
     assert without["mixture"]["sources"]["c"]["tokens_available"] > sources["c"]["tokens_available"]
     assert _verify(tmp_path / "out") == []
+
+
+def test_the_signature_steps_verify_against_the_groups_own_signature_and_refuse_a_missing_one():
+    """GroupHeads and GroupKept hold a key's own signature among its members' (_asks and _kept_asks make the
+    key ask for itself): verification and similarity are against it, and a group without it fails loudly."""
+    from transforms.core.dedup import node_of
+    from transforms.stages.dedup import (CANDIDATE, SIGS, _asks, _kept_asks, _kept_signature, _send_signature,
+                                         _similarity_to_kept, _verify)
+
+    from types import SimpleNamespace
+
+    group = SimpleNamespace(relpath="f.jsonl", slice_index=0, part=None)
+    head, near, far = (node_of(group, "", i) for i in range(3))
+    base = np.arange(400, dtype=np.uint32)
+    sig_near = base.copy()
+    sig_near[:40] += 1000  # 360 of 400 values equal: 0.9
+    sig_far = base.copy()
+    sig_far[:200] += 1000  # 0.5
+    members = [(far, sig_far.tobytes()), (head, base.tobytes()), (near, sig_near.tobytes())]
+    assert list(_verify((head, members), 0.8)) == [(near, head)]
+    assert list(_verify((head, members), 0.5)) == [(far, head), (near, head)]
+    with pytest.raises(RuntimeError, match="verify: the signature of f.jsonl, group 0, record 0 is missing"):
+        list(_verify((head, members[::2]), 0.8))
+    assert _asks((near, head)) == [(near, head), (head, head)]
+    sent = list(_send_signature((head, {SIGS: [base.tobytes()], "head": [head, head]})))
+    assert sent[0] == (head, (head, base.tobytes())) and sent[1].tag == CANDIDATE and len(sent) == 2
+    assert list(_send_signature((far, {SIGS: [sig_far.tobytes()], "head": []}))) == []  # no candidate: no further
+    assert _kept_asks((near, head)) == [(near, head), (head, head)]
+    assert list(_kept_signature((near, {SIGS: [sig_near.tobytes()], "kept": [head]}))) == [
+        (head, (near, sig_near.tobytes()))]
+    with pytest.raises(RuntimeError, match="labelled with 2 kept records"):
+        list(_kept_signature((near, {SIGS: [sig_near.tobytes()], "kept": [head, far]})))
+    assert sorted(_similarity_to_kept((head, members))) == [(near, (head, 0.9)), (far, (head, 0.5))]
+    with pytest.raises(RuntimeError, match="similarity to the kept record"):
+        list(_similarity_to_kept((head, members[::2])))

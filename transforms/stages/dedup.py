@@ -3,9 +3,11 @@
     TokenBatch / EncodedBatch ─Fingerprint─► (exact key, (node, bands))          + SIGS: (node, signature)
         ─GroupByKey exact key─► a family's smallest node kept; COPIES (kept, copy); its bands (near)
         ─GroupByKey band─► candidates (member, the bucket's smallest)
-        ─CoGroupByKey node (SIGS), twice─► verified edges: estimated similarity >= threshold
+        ─CoGroupByKey node (SIGS)─► each candidate's signature, to its heads; GroupByKey head─► verified edges:
+            estimated similarity >= threshold (the only join every record's signature crosses)
         ─ROUNDS x (large-star, small-star), each a GroupByKey node─► each node's component's smallest node
-        ─CoGroupByKey node (SIGS), twice─► a removed family head's similarity to the record kept
+        ─CoGroupByKey node (the candidates' signatures), GroupByKey kept─► a removed family head's similarity to
+            the record kept
         ─CoGroupByKey family head─► every removed record: (node, kind, kept, similarity)
     batches ─CoGroupByKey batch─► the batch without its removed records, each counted dropped with its reason
     removed records ─CoGroupByKey file (its units' line counts), twice─► OUT/dedup/<file>.jsonl (lines as the
@@ -40,7 +42,7 @@ from transforms.stages import coders  # noqa: F401  (registers the batches' code
 
 __all__ = ["DeduplicateDocuments", "ReadDedupIndex"]
 
-SIGS, COPIES = "sigs", "copies"
+SIGS, COPIES, CANDIDATE = "sigs", "copies", "candidate"
 
 
 class _Fingerprint(beam.DoFn):
@@ -87,30 +89,57 @@ def _family(item):
             yield band, head
 
 
+def _asks(edge):
+    """A candidate (member, head): the member's signature is asked for by its head, and so is the head's own."""
+    member, head = edge
+    return [(member, head), (head, head)]
+
+
 def _send_signature(item):
-    """A node's signature to each bucket head it is a candidate of."""
+    """A candidate's signature to each bucket head that asked for it (itself, if it heads one); and once as a
+    CANDIDATE signature, the only ones the later steps need (every node of the near graph is a candidate)."""
     node, joined = item
     heads = sorted(set(joined["head"]))
     if heads:
         sig = next(iter(joined[SIGS]))
         for head in heads:
             yield head, (node, sig)
+        yield pvalue.TaggedOutput(CANDIDATE, (node, sig))
+
+
+def _own(key, members, step: str):
+    """The signature a group's key sent itself (as _asks and _kept_asks have it ask), decoded."""
+    for node, sig in members:
+        if node == key:
+            return np.frombuffer(sig, dtype=np.uint32)
+    raise RuntimeError(f"deduplication: {step}: the signature of {key[1]}, group {key[2]}, record {key[4]} is "
+                       "missing; please report it")
 
 
 def _verify(item, threshold: float):
     """A head's candidates kept as edges when their estimated similarity reaches the threshold."""
-    head, joined = item
-    sig = None
-    for node, other in joined["member"]:
-        if sig is None:
-            sig = np.frombuffer(next(iter(joined[SIGS])), dtype=np.uint32)
-        if similarity(sig, np.frombuffer(other, dtype=np.uint32)) >= threshold:
+    head, members = item
+    members = list(members)
+    sig = _own(head, members, "verify")
+    for node, other in members:
+        if node != head and similarity(sig, np.frombuffer(other, dtype=np.uint32)) >= threshold:
             yield node, head
 
 
 def _both_ends(edge):
     u, v = edge
     return [(u, v), (v, u)]
+
+
+def _large_star(item):
+    """Large-star at a node; its edges (larger, smaller) are what small-star groups by their larger end."""
+    return large_star(item[0], item[1])
+
+
+def _small_star(item, last: bool):
+    """Small-star at a node; its edges, with both ends for the next round's large-star (`last`: as they are)."""
+    edges = small_star(item[0], item[1])
+    return edges if last else [x for e in edges for x in _both_ends(e)]
 
 
 def _labels(item):
@@ -126,20 +155,29 @@ def _labels(item):
         yield node, down[0]
 
 
+def _kept_asks(label):
+    """A removed node's label (node, kept): its signature is asked for by the kept record, and so is the kept's."""
+    node, kept = label
+    return [(node, kept), (kept, kept)]
+
+
 def _kept_signature(item):
     node, joined = item
-    kept = list(joined["kept"])
+    kept = set(joined["kept"])
     if kept:
-        yield kept[0], (node, next(iter(joined[SIGS])))
+        if len(kept) != 1:
+            raise RuntimeError(f"deduplication: {node[1]}, group {node[2]}, record {node[4]} is labelled with "
+                               f"{len(kept)} kept records; please report it")
+        yield kept.pop(), (node, next(iter(joined[SIGS])))
 
 
 def _similarity_to_kept(item):
-    kept, joined = item
-    sig = None
-    for node, other in joined["removed"]:
-        if sig is None:
-            sig = np.frombuffer(next(iter(joined[SIGS])), dtype=np.uint32)
-        yield node, (kept, similarity(sig, np.frombuffer(other, dtype=np.uint32)))
+    kept, members = item
+    members = list(members)
+    sig = _own(kept, members, "similarity to the kept record")
+    for node, other in members:
+        if node != kept:
+            yield node, (kept, similarity(sig, np.frombuffer(other, dtype=np.uint32)))
 
 
 def _removals(item):
@@ -359,32 +397,36 @@ class DeduplicateDocuments(beam.PTransform):
 
     def _near(self, bands, copies, sigs):
         cfg = self._config
-        candidates = (bands | "GroupBuckets" >> beam.GroupByKey()
-                      | "BucketEdges" >> beam.FlatMap(lambda kv: bucket_edges(kv[1]))
-                      | "DistinctCandidates" >> beam.Distinct())
-        sent = ({SIGS: sigs, "head": candidates}
-                | "JoinMemberSignatures" >> beam.CoGroupByKey()
-                | "SendSignatures" >> beam.FlatMap(_send_signature))
-        edges = ({SIGS: sigs, "member": sent}
-                 | "JoinHeadSignatures" >> beam.CoGroupByKey()
+        # Every record's signature crosses one join; after it only the candidates' do (a quarter of them, say).
+        asks = (bands | "GroupBuckets" >> beam.GroupByKey()
+                | "BucketEdges" >> beam.FlatMap(lambda kv: bucket_edges(kv[1]))
+                | "Asks" >> beam.FlatMap(_asks)
+                | "DistinctAsks" >> beam.Distinct())
+        sent = ({SIGS: sigs, "head": asks}
+                | "JoinCandidateSignatures" >> beam.CoGroupByKey()
+                | "SendSignatures" >> beam.FlatMap(_send_signature).with_output_types(Tuple[Any, Any]).with_outputs(
+                    CANDIDATE, main="sent"))
+        edges = (sent.sent
+                 | "GroupHeads" >> beam.GroupByKey()
                  | "Verify" >> beam.FlatMap(_verify, cfg.threshold))
+        # Each round is two groupings; the steps between them are folded into the groupings' functions (a
+        # job graph of fewer steps is quicker to build and to submit).
+        ends = edges | "Ends0" >> beam.FlatMap(_both_ends)
         for r in range(ROUNDS):
-            edges = (edges
-                     | f"LargeStar{r}Ends" >> beam.FlatMap(_both_ends)
-                     | f"LargeStar{r}Group" >> beam.GroupByKey()
-                     | f"LargeStar{r}" >> beam.FlatMap(lambda kv: large_star(kv[0], kv[1]))
-                     | f"SmallStar{r}Down" >> beam.Map(lambda e: (max(e), min(e)))
-                     | f"SmallStar{r}Group" >> beam.GroupByKey()
-                     | f"SmallStar{r}" >> beam.FlatMap(lambda kv: small_star(kv[0], kv[1])))
+            ends = (ends
+                    | f"LargeStar{r}Group" >> beam.GroupByKey()
+                    | f"LargeStar{r}" >> beam.FlatMap(_large_star)
+                    | f"SmallStar{r}Group" >> beam.GroupByKey()
+                    | f"SmallStar{r}" >> beam.FlatMap(_small_star, r == ROUNDS - 1))
+        edges = ends  # (the last round's edges, each once)
         labels = (edges
                   | "Ends" >> beam.FlatMap(lambda e: [(e[0], ("down", e[1])), (e[1], ("up", e[0]))])
                   | "GroupEnds" >> beam.GroupByKey()
                   | "Labels" >> beam.FlatMap(_labels))
-        sent = ({SIGS: sigs, "kept": labels}
+        near = ({SIGS: sent[CANDIDATE], "kept": labels | "KeptAsks" >> beam.FlatMap(_kept_asks)}
                 | "JoinRemovedSignatures" >> beam.CoGroupByKey()
-                | "SendToKept" >> beam.FlatMap(_kept_signature))
-        near = ({SIGS: sigs, "removed": sent}
-                | "JoinKeptSignatures" >> beam.CoGroupByKey()
+                | "SendToKept" >> beam.FlatMap(_kept_signature)
+                | "GroupKept" >> beam.GroupByKey()
                 | "SimilarityToKept" >> beam.FlatMap(_similarity_to_kept))
         return ({NEAR: near, COPIES: copies}
                 | "JoinFamilies" >> beam.CoGroupByKey()
