@@ -737,7 +737,9 @@ def step_dedup_join(s: dict):
 
     m, rng = _dedup_scaled(s)["largest"], np.random.default_rng(4)
     sigs, cfg = _real_signatures(1)
-    raw = sigs[0].tobytes()  # the bucket's members are near copies of its head: every one verifies
+    from transforms.core.dedup import verification_values
+
+    raw = verification_values(sigs[0]).tobytes()  # the members are near copies of the head: every one verifies
     head = _smallest_node()
     members = list(_decoded([(head, raw)])) + list(_decoded((node, raw) for node in _nodes(m - 1, rng)))
     edges = sum(1 for _ in _verify((head, members), cfg.threshold))

@@ -471,7 +471,7 @@ def test_index_problems_name_each_difference():
     assert index_problems(exact, DedupConfig("near"), "tok") == [
         "its kind is 'exact', this job's 'near'", "its shingle is None, this job's 12",
         "its bands is None, this job's 20", "its rows is None, this job's 8",
-        "its values is None, this job's 400"]
+        "its values is None, this job's 400", "its value_bits is None, this job's 16"]
     assert index_problems(near, DedupConfig("near", seed=2), "other") == [
         "its seed is 0, this job's 2", "its tokenizer is 'tok', this job's 'other'"]
 
@@ -526,7 +526,7 @@ def test_the_signature_steps_verify_against_the_groups_own_signature_and_refuse_
 
     group = SimpleNamespace(relpath="f.jsonl", slice_index=0, part=None)
     head, near, far = (node_of(group, "", i) for i in range(3))
-    base = np.arange(400, dtype=np.uint32)
+    base = np.arange(400, dtype=np.uint16)  # verification values, as the signature steps carry them
     sig_near = base.copy()
     sig_near[:40] += 1000  # 360 of 400 values equal: 0.9
     sig_far = base.copy()

@@ -21,7 +21,7 @@ from typing import Iterable, Optional
 import fsspec
 import numpy as np
 
-from transforms.core.dedup import earlier_node
+from transforms.core.dedup import VALUE_DTYPE, earlier_node
 from transforms.io import fs
 
 __all__ = ["INDEX_FILE", "PARTS_DIR", "write_index_part", "write_index_meta", "read_index_meta", "index_parts",
@@ -49,7 +49,7 @@ def write_index_part(item: tuple, index_dir: str) -> int:
     }
     if near:
         arrays["bands"] = np.stack([np.frombuffer(r[3], dtype=np.int64) for r in records])
-        arrays["signatures"] = np.stack([np.frombuffer(r[4], dtype=np.uint32) for r in records])
+        arrays["signatures"] = np.stack([np.frombuffer(r[4], dtype=VALUE_DTYPE) for r in records])
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     fs.makedirs(fs.join(index_dir, PARTS_DIR))

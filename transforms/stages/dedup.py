@@ -29,10 +29,9 @@ import numpy as np
 from apache_beam import pvalue
 
 from transforms.core.dedup import (COUNTER_PREFIX, DROP_REASONS, EARLIER, EXACT, NEAR, ROUNDS, THIS_JOB,
-                                   DedupConfig, band_keys,
-                                   batch_key_of, bucket_edges, fingerprint, large_star, listing_record, node_of,
-                                   line_numbering, settled, sketch_keys, similarity, size_bucket, small_star,
-                                   token_chars)
+                                   VALUE_DTYPE, DedupConfig, band_keys, batch_key_of, bucket_edges, fingerprint,
+                                   large_star, line_numbering, listing_record, node_of, settled, sketch_keys,
+                                   similarity, size_bucket, small_star, token_chars, verification_values)
 from transforms.core.detok import token_pieces
 from transforms.core.tokenizer import shared_tokenizer
 from transforms.io.dedup_index import read_index_part, write_index_meta, write_index_part
@@ -69,7 +68,7 @@ class _Fingerprint(beam.DoFn):
                 yield key, (node, None)
                 continue
             yield key, (node, band_keys(sig, cfg.bands, cfg.rows).tobytes())
-            yield pvalue.TaggedOutput(SIGS, (node, sig.tobytes()))
+            yield pvalue.TaggedOutput(SIGS, (node, verification_values(sig).tobytes()))
 
 
 def _family(item):
@@ -111,7 +110,7 @@ def _own(key, members, step: str):
     """The signature a group's key sent itself (as _asks and _kept_asks have it ask), decoded."""
     for node, sig in members:
         if node == key:
-            return np.frombuffer(sig, dtype=np.uint32)
+            return np.frombuffer(sig, dtype=VALUE_DTYPE)
     raise RuntimeError(f"deduplication: {step}: the signature of {key[1]}, group {key[2]}, record {key[4]} is "
                        "missing; please report it")
 
@@ -122,7 +121,7 @@ def _verify(item, threshold: float):
     members = list(members)
     sig = _own(head, members, "verify")
     for node, other in members:
-        if node != head and similarity(sig, np.frombuffer(other, dtype=np.uint32)) >= threshold:
+        if node != head and similarity(sig, np.frombuffer(other, dtype=VALUE_DTYPE)) >= threshold:
             yield node, head
 
 
@@ -177,7 +176,7 @@ def _similarity_to_kept(item):
     sig = _own(kept, members, "similarity to the kept record")
     for node, other in members:
         if node != kept:
-            yield node, (kept, similarity(sig, np.frombuffer(other, dtype=np.uint32)))
+            yield node, (kept, similarity(sig, np.frombuffer(other, dtype=VALUE_DTYPE)))
 
 
 def _removals(item):
