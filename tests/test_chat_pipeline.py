@@ -8,6 +8,7 @@ are counted by reason; the tools' view of the files is tests/test_chat_tools.py'
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from pathlib import Path
@@ -49,7 +50,9 @@ def _chat(mode, input_dir, out, tokenizer=QWEN, *extra) -> list[str]:
             "--huggingface_tokenizer", str(require_shared(tokenizer)), "--max_seq_length", "256", *extra]
 
 
+@functools.lru_cache(maxsize=None)
 def _hf(path: Path):
+    """transformers' tokenizer of `path`, loaded once per module: the tests only render, encode and decode with it."""
     transformers = pytest.importorskip("transformers", reason="transformers is the oracle of these tests "
                                        "(pip install -e '.[test]')")
     return transformers.AutoTokenizer.from_pretrained(str(path))

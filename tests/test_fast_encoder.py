@@ -335,13 +335,24 @@ def _job(src: Path, out: Path, *extra: str) -> dict:
                     "--max_seq_length", "256", "--files_per_record", "200", "--display_pbar", "False", *extra])
 
 
-def test_pipeline_bytes_and_the_cross_check_record(tmp_path):
-    src = tmp_path / "in"
+@pytest.fixture(scope="module")
+def reference_job(tmp_path_factory) -> tuple[Path, Path, dict]:
+    """The sample through _job on the reference (`tokenizers`): (its input, its output, its data_params.json). Both
+    tests below compare their files with the very same job's, so it runs once; they read its input (the job's
+    fingerprint covers the input's path) and change neither."""
+    tmp = tmp_path_factory.mktemp("reference_job")
+    src = tmp / "in"
     src.mkdir()
     shutil.copy(ROOT / "data" / "sample" / "jargon_devil_sample.jsonl", src / "sample.jsonl")
-    slow = _job(src, tmp_path / "slow", "--tokenizer_backend", "tokenizers")
+    with pytest.MonkeyPatch.context() as mp:  # as _own_cache, which a module's fixture cannot use
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg_cache"))
+        return src, tmp / "slow", _job(src, tmp / "slow", "--tokenizer_backend", "tokenizers")
+
+
+def test_pipeline_bytes_and_the_cross_check_record(tmp_path, reference_job):
+    src, slow_out, slow = reference_job
     quick = _job(src, tmp_path / "quick")
-    assert _digests(tmp_path / "slow") == _digests(tmp_path / "quick") != {}
+    assert _digests(slow_out) == _digests(tmp_path / "quick") != {}
     assert quick["tokenizer"]["encoder"] == "fastokens" and "cross_check" not in slow["tokenizer"]
     check = quick["tokenizer"]["cross_check"]
     documents = quick["input"]["documents_read"]
@@ -355,19 +366,16 @@ def test_pipeline_bytes_and_the_cross_check_record(tmp_path):
     assert _digests(tmp_path / "other") == _digests(tmp_path / "quick")
 
 
-def test_a_lying_fastokens_never_reaches_the_files(tmp_path, monkeypatch):
+def test_a_lying_fastokens_never_reaches_the_files(tmp_path, monkeypatch, reference_job):
     """Every text checked: the job's files are the reference's, and data_params says what happened."""
-    src = tmp_path / "in"
-    src.mkdir()
-    shutil.copy(ROOT / "data" / "sample" / "jargon_devil_sample.jsonl", src / "sample.jsonl")
-    _job(src, tmp_path / "slow", "--tokenizer_backend", "tokenizers")
+    src, slow_out, _ = reference_job
     monkeypatch.setattr(fast, "vocabulary_check", lambda *a: None)  # let the liar past the load check
     _lying_fastokens(monkeypatch, " the ", tmp_path / "cache")
     from transforms.core.tokenizer import load
 
     monkeypatch.setattr(load, "_SHARED", load.OrderedDict())
     params = _job(src, tmp_path / "lying", "--tokenizer_cross_check", "1")
-    assert _digests(tmp_path / "slow") == _digests(tmp_path / "lying")
+    assert _digests(slow_out) == _digests(tmp_path / "lying")
     check = params["tokenizer"]["cross_check"]
     assert check["mismatches"] >= 1 and check["fallback_texts"] >= 1
     assert check["texts"] + check["fallback_texts"] - check["mismatches"] >= params["input"]["documents_read"]

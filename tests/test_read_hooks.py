@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -50,7 +51,9 @@ def _run(config: Path, runner=RUNNER) -> int:
     return main(["--config", str(config), *runner])
 
 
+@functools.lru_cache(maxsize=None)
 def _tokenizer():
+    """Built once per module (~0.6 s a build): only encoded and decoded with, never changed."""
     import tokenizers
 
     return tokenizers.Tokenizer.from_file(str(QWEN / "tokenizer.json"))
@@ -92,14 +95,34 @@ def _check_qa(out: Path) -> None:
     assert params["input"]["used"] == 2
 
 
+@pytest.fixture(scope="module")
+def qa_job(tmp_path_factory) -> Path:
+    """The output of the module hook qa_regions over RECORDS in finetuning, with the Qwen tokenizer: several
+    tests read the very same job's output (none changes it), so it runs once."""
+    require_shared(QWEN)
+    tmp = tmp_path_factory.mktemp("qa_job")
+    assert _run(_config(tmp, "tests.hook_examples:qa_regions")) == 0
+    return tmp / "out"
+
+
+@pytest.fixture(scope="module")
+def custom_tokenizer_job(tmp_path_factory) -> Path:
+    """The output of _custom_tokenizer_job, run once for the tests that read it; a test that changes it works on
+    a copy."""
+    require_shared(QWEN)
+    return _custom_tokenizer_job(tmp_path_factory.mktemp("custom_tokenizer_job"))
+
+
 @pytest.mark.parametrize("given", ["module", "file"])
-def test_own_hook_regions_make_the_rows(given, tmp_path):
+def test_own_hook_regions_make_the_rows(given, tmp_path, request):
     require_shared(QWEN)
     from pipelines.tools.verify import verify_dataset
 
-    hook = "tests.hook_examples:qa_regions" if given == "module" else f"{EXAMPLES}:qa_regions"
-    assert _run(_config(tmp_path, hook)) == 0
-    out = tmp_path / "out"
+    if given == "module":
+        out = request.getfixturevalue("qa_job")  # the same job as the module-scoped fixture's
+    else:
+        assert _run(_config(tmp_path, f"{EXAMPLES}:qa_regions")) == 0
+        out = tmp_path / "out"
     _check_qa(out)
     assert verify_dataset(str(out)).ok
     assert "def qa_regions(" in (out / "hook.py").read_text()  # its source beside the output, as 2.10 saves it
@@ -224,15 +247,12 @@ def test_prompt_completion_chat_read_hook_renders_pairs_as_chat(tmp_path):
                         "Four.<|im_end|>")
 
 
-def test_own_hook_in_nlg_is_a_finetuning(tmp_path):
-    """setup.mode nlg (context and completion) with a hook of your own: the same rows as finetuning."""
+def test_own_hook_in_nlg_is_a_finetuning(tmp_path, qa_job):
+    """setup.mode nlg (context and completion) with a hook of your own: the same rows as finetuning (qa_job is
+    that finetuning job)."""
     require_shared(QWEN)
-    rows = []
-    for mode in ("nlg", "finetuning"):
-        (tmp_path / mode).mkdir()
-        assert _run(_config(tmp_path / mode, "tests.hook_examples:qa_regions", mode=mode)) == 0
-        rows.append(read_rows(tmp_path / mode / "out"))
-    np.testing.assert_array_equal(*rows)
+    assert _run(_config(tmp_path, "tests.hook_examples:qa_regions", mode="nlg")) == 0
+    np.testing.assert_array_equal(read_rows(tmp_path / "out"), read_rows(qa_job))
 
 
 @pytest.mark.parametrize("hook, says", [
@@ -346,22 +366,14 @@ def test_regions_are_encoded_in_batches_as_one_at_a_time(attention):
 # ---------------------------------------------------------------- custom_tokenizer: module:Class
 
 
-def test_custom_tokenizer_class_gives_the_wrapped_tokenizers_rows(tmp_path):
+def test_custom_tokenizer_class_gives_the_wrapped_tokenizers_rows(qa_job, custom_tokenizer_job):
     """2.10's custom_tokenizer contract (a class around a fast tokenizer, tokenizer_params its arguments): the
-    rows equal those of the tokenizer it wraps, named directly; its own pad id is used."""
+    rows equal those of the tokenizer it wraps, named directly (qa_job); its own pad id is used."""
     require_shared(QWEN)
     rows = {}
-    for name, lines in (
-            ("direct", f'    huggingface_tokenizer: "{QWEN}"\n'),
-            ("custom", '    custom_tokenizer: "tests.tokenizer_examples:WrappedTokenizer"\n'
-                       f'    tokenizer_params: {{pretrained_model_name_or_path: "{QWEN}", pad_token_id: 0}}\n')):
-        tmp = tmp_path / name
-        tmp.mkdir()
-        config = _config(tmp, "tests.hook_examples:qa_regions")
-        config.write_text(config.read_text().replace(f'    huggingface_tokenizer: "{QWEN}"\n', lines))
-        assert _run(config) == 0
-        rows[name] = read_rows(tmp / "out")
-        params = json.loads((tmp / "out" / "data_params.json").read_text())
+    for name, out in (("direct", qa_job), ("custom", custom_tokenizer_job)):
+        rows[name] = read_rows(out)
+        params = json.loads((out / "data_params.json").read_text())
         assert params["processing"]["pad_id"] == (0 if name == "custom" else 151643)
     direct, custom = rows["direct"], rows["custom"]
     real = direct != 151643
@@ -379,14 +391,15 @@ def _custom_tokenizer_job(tmp_path) -> Path:
     return tmp_path / "out"
 
 
-def test_verify_rebuilds_an_importable_custom_tokenizer(tmp_path):
+def test_verify_rebuilds_an_importable_custom_tokenizer(tmp_path, custom_tokenizer_job):
     """`verify --trust_custom_tokenizer` builds the custom_tokenizer class with its tokenizer_params, as the job
     did: the tokenizer's checks run (the detokenized sizes recounted, the vocabulary compared), so a wrong count
     is caught."""
     require_shared(QWEN)
     from pipelines.tools.verify import verify_dataset
 
-    out = _custom_tokenizer_job(tmp_path)
+    out = tmp_path / "out"
+    shutil.copytree(custom_tokenizer_job, out)  # a copy: this test changes its data_params.json
     result = verify_dataset(str(out), trust_custom_tokenizer=True)
     assert result.ok and not result.notes, result.lines()  # no check skipped, the tokenizer is the job's
     params_path = out / "data_params.json"
@@ -399,7 +412,7 @@ def test_verify_rebuilds_an_importable_custom_tokenizer(tmp_path):
         f"data_params.json: h5_dataset_stats.detokenized_chars is {wrong}, the files recount to {wrong - 1}"]
 
 
-def test_verify_without_the_custom_tokenizer_class_names_what_it_skipped(tmp_path, monkeypatch):
+def test_verify_without_the_custom_tokenizer_class_names_what_it_skipped(custom_tokenizer_job, monkeypatch):
     """Where the class cannot be imported (another machine), every other check still runs and passes, and the
     notes say exactly which checks were skipped, and why."""
     require_shared(QWEN)
@@ -407,7 +420,7 @@ def test_verify_without_the_custom_tokenizer_class_names_what_it_skipped(tmp_pat
 
     from pipelines.tools.verify import verify_dataset
 
-    out = _custom_tokenizer_job(tmp_path)
+    out = custom_tokenizer_job
     monkeypatch.setitem(sys.modules, "tests.tokenizer_examples", None)  # an import of it now fails
     result = verify_dataset(str(out), trust_custom_tokenizer=True)
     assert result.ok, result.problems
@@ -420,7 +433,7 @@ def test_verify_without_the_custom_tokenizer_class_names_what_it_skipped(tmp_pat
         "against the tokenizer's vocabulary"], result.notes
 
 
-def test_verify_runs_no_custom_tokenizer_code_unless_trusted(tmp_path, capsys):
+def test_verify_runs_no_custom_tokenizer_code_unless_trusted(custom_tokenizer_job, capsys):
     """A data_params.json names the class its job built: checking the dataset does not import it unless asked
     (the file may come from anyone), and says which checks that skips and how to run them."""
     require_shared(QWEN)
@@ -429,7 +442,7 @@ def test_verify_runs_no_custom_tokenizer_code_unless_trusted(tmp_path, capsys):
     from pipelines.create_hdf5_dataset import main
     from pipelines.tools.verify import verify_dataset
 
-    out = _custom_tokenizer_job(tmp_path)
+    out = custom_tokenizer_job
     sys.modules.pop("tests.tokenizer_examples", None)
     result = verify_dataset(str(out))
     assert "tests.tokenizer_examples" not in sys.modules  # nothing of it imported, so nothing of it ran

@@ -124,11 +124,28 @@ def _kill_when(proc: subprocess.Popen, ready, timeout: float = 120.0) -> None:
     proc.wait()
 
 
+KILL_ARGS = ["--max_seq_length", "32", "--files_per_record", "300", "--shuffle", "True", "--short_seq_prob", "0.05"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(corpus, tmp_path_factory):
+    """mode -> (output, data_params.json) of the uninterrupted job, run once per mode: both kill points compare
+    their resumed output with the very same job's (read only, never changed)."""
+    done: dict = {}
+
+    def get(mode: str) -> tuple[Path, dict]:
+        if mode not in done:
+            out = tmp_path_factory.mktemp(f"uninterrupted_{mode}") / "ref"
+            done[mode] = out, run_job(_args(corpus, out, *KILL_ARGS, mode=mode))
+        return done[mode]
+    return get
+
+
 @pytest.mark.parametrize("mode", ["LMData", "LMData_VSL"])
 @pytest.mark.parametrize("kill_point", ["while_packing", "while_writing"])
-def test_kill_and_resume_gives_the_uninterrupted_bytes(corpus, tmp_path, kill_point, mode):
-    args = ["--max_seq_length", "32", "--files_per_record", "300", "--shuffle", "True", "--short_seq_prob", "0.05"]
-    reference = run_job(_args(corpus, tmp_path / "ref", *args, mode=mode))
+def test_kill_and_resume_gives_the_uninterrupted_bytes(corpus, tmp_path, kill_point, mode, uninterrupted):
+    args = KILL_ARGS
+    ref, reference = uninterrupted(mode)
     out = tmp_path / "out"
     proc = _start(_args(corpus, out, *args, mode=mode), env=env_to_kill(tmp_path))
     groups = out / ".tmp" / "groups"
@@ -150,7 +167,7 @@ def test_kill_and_resume_gives_the_uninterrupted_bytes(corpus, tmp_path, kill_po
     assert proc.returncode == 2 and "different configuration" in proc.stderr
 
     resumed = run_job(_args(corpus, out, *args, "--resume_from_checkpoint", "True", mode=mode))
-    assert _digests(out) == _digests(tmp_path / "ref")
+    assert _digests(out) == _digests(ref)
     assert resumed["post-process"] == reference["post-process"]
     assert resumed["input"] == reference["input"]
     assert resumed["run"]["groups_resumed"] >= 2  # committed groups were not packed again
