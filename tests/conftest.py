@@ -10,6 +10,7 @@ import pytest
 
 _SESSION_CACHE = None
 _SESSION_TMP = None
+_SHARED_CACHE_ENV = "CREATE_HDF5_DATASET_TEST_CACHE"
 
 # What code under test makes in the temporary directory and must remove: Beam's directory of each pipeline
 # (removed only when the pipeline runs) and ours (mkdtemp(prefix="create_hdf5_dataset_...")).
@@ -37,9 +38,13 @@ def pytest_configure(config):
     # The encoders' load checks keep their results in the user's cache directory
     # (transforms/core/tokenizer/machine_cache.py): the suite keeps its own, so that
     # it neither reads what an earlier run left nor leaves anything in the user's home.
-    # Set here, not in a fixture, so that worker processes inherit it.
-    _SESSION_CACHE = tempfile.mkdtemp(prefix="create_hdf5_dataset-test-cache-")
-    os.environ["XDG_CACHE_HOME"] = _SESSION_CACHE
+    # Set here, not in a fixture, so that worker processes inherit it. pytest-xdist's workers share the one their
+    # controller made (they start from its environment, and it outlives them), as the processes of one machine
+    # share a user's: each tokenizer's check runs once a run, not once per worker.
+    shared = os.environ.get(_SHARED_CACHE_ENV) if os.environ.get("PYTEST_XDIST_WORKER") else None
+    _SESSION_CACHE = shared if shared and os.path.isdir(shared) else tempfile.mkdtemp(
+        prefix="create_hdf5_dataset-test-cache-")
+    os.environ["XDG_CACHE_HOME"] = os.environ[_SHARED_CACHE_ENV] = _SESSION_CACHE
 
 
 def pytest_unconfigure(config):
