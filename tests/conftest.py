@@ -47,6 +47,20 @@ def pytest_configure(config):
     os.environ["XDG_CACHE_HOME"] = os.environ[_SHARED_CACHE_ENV] = _SESSION_CACHE
 
 
+# The files whose tests take longest (summed, measured on make test's two workers), first: pytest-xdist hands
+# whole files (--dist loadfile) to its workers in the order they are collected, so a long file collected last
+# keeps one worker busy while the other has nothing left. The rest keep their order, as each file its tests'.
+_LONGEST_FIRST = ("test_engines.py", "test_docs.py", "test_read_hooks.py", "test_tiktoken_backend.py",
+                  "test_fast_encoder.py", "test_every_job_verifies.py", "test_estimate.py",
+                  "test_cerebras210_configs.py", "test_bad_input.py", "test_dedup_job.py", "test_shuffle_resume.py",
+                  "test_fast_ftfy.py", "test_gcs.py", "test_tokenizer.py", "test_estimate_jobs.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest as collected
+
+
 def pytest_unconfigure(config):
     """The session's temporary directory goes (the cache and pytest-xdist's workers' directories too), but for
     what Beam's job servers still hold: their own exit handlers remove it, then the one registered above."""
