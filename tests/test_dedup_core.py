@@ -603,6 +603,8 @@ def test_an_index_serves_a_job_of_its_settings_and_a_near_index_an_exact_job_too
     # Exact keys depend on the seed and the tokenizer only: a near index of any LSH settings serves an exact job.
     exact = DedupConfig("exact", seed=3)
     assert index_problems(found, exact, "tok") == []
+    older = {k: v for k, v in found.items() if k != "value_bits"}  # an index from before verification values
+    assert index_problems({**found, "value_bits": 32}, exact, "tok") == index_problems(older, exact, "tok") == []
     assert index_problems(found, DedupConfig("exact", seed=4), "tok") == ["its seed is 3, this job's 4"]
     assert index_problems(found, exact, "other") == ["its tokenizer is 'tok', this job's 'other'"]
     assert index_problems(index_settings(exact, "tok"), exact, "tok") == []
@@ -709,3 +711,18 @@ def test_check_dedup_holds_the_section_to_the_input_and_the_listing():
     assert check_dedup({"documents_removed": {"near": 1}, "listed": 1, "per_source": {}},
                        {"dropped_by_reason": {"duplicate_near": 1}}, {"near": 1}) == [
         "dedup.per_source removes 0 near duplicates, the total is 1"]
+
+
+def test_the_table_of_mixed_ids_equals_mixing_each_id_as_it_grows():
+    """_char_shingles takes each id's mix from a table grown to the largest id seen: the same values as mixing
+    the ids themselves, before and after the table grows, and for a scalar as for an array."""
+    from transforms.core import dedup as core
+
+    rng = np.random.default_rng(8)
+    for top in (100, 70_000, 300_000):  # the table starts at 65,536 and doubles past what it is asked
+        ids = rng.integers(0, top, size=5_000)
+        with np.errstate(over="ignore"):
+            assert (core._mixed_ids(ids) == core._mix64(ids.astype(np.uint64) + np.uint64(1))).all()
+        assert len(core._MIXED_IDS[0]) > int(ids.max())
+    x = np.uint64(12345)
+    assert core._mix64(x) == core._mix64(np.array([x]))[0] and core._mix64(x).shape == ()
