@@ -27,7 +27,7 @@ demo: install
 # Two test processes (the CI machine's cores), each taking whole test files: module fixtures (an emulator, a Flink
 # cluster) are started once, in one process.
 test: install docs
-	$(PY) -m pytest -q -o faulthandler_timeout=600 -m "not engine_matrix" -n 2 --dist loadfile tests
+	$(PY) -m pytest -q -o faulthandler_timeout=600 -m "not engine_matrix" -n 2 --dist loadfile --durations=40 tests
 
 # The documentation site (docs/, Sphinx + MyST) into docs/_build/html, strict: a broken link or anchor, a page in
 # no table of contents, or a setting the reference cannot describe fails. tests/test_docs.py runs its commands.
