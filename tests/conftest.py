@@ -35,6 +35,10 @@ def pytest_configure(config):
     # Registered first, so it runs last at exit: after Beam's own exit handlers (a job server it started removes
     # its directory in there) have found their directories where they left them.
     atexit.register(shutil.rmtree, _SESSION_TMP, ignore_errors=True)
+    # Go keeps its build cache under XDG_CACHE_HOME too: Prism's build (scripts/engines.py, in a fresh clone's
+    # .runners/) is to find the user's, warm, not compile Beam's Go SDK again for two minutes in an empty one.
+    os.environ.setdefault("GOCACHE", os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "go-build"))
     # The encoders' load checks keep their results in the user's cache directory
     # (transforms/core/tokenizer/machine_cache.py): the suite keeps its own, so that
     # it neither reads what an earlier run left nor leaves anything in the user's home.
