@@ -522,9 +522,9 @@ def test_the_signature_steps_verify_against_the_groups_own_signature_and_refuse_
     from transforms.stages.dedup import (CANDIDATE, SIGS, _asks, _kept_asks, _kept_signature, _send_signature,
                                          _similarity_to_kept, _verify)
 
-    from types import SimpleNamespace
+    from transforms.core.records import GroupId
 
-    group = SimpleNamespace(relpath="f.jsonl", slice_index=0, part=None)
+    group = GroupId(file_index=0, slice_index=0, source="/in/f.jsonl", relpath="f.jsonl")
     head, near, far = (node_of(group, "", i) for i in range(3))
     base = np.arange(400, dtype=np.uint16)  # verification values, as the signature steps carry them
     sig_near = base.copy()

@@ -19,9 +19,9 @@ Near duplicates, in the stage's steps:
    per shingle rather than one per shingle and value; measured over 1,000 pairs per Jaccard, unbiased, with
    the spread of independent hashes (or less) from 100 shingles on and a fifth more at 20.
 2. `band_keys`: one 64-bit key per band of the first `bands * rows` values (20 x 8: few elements to
-   shuffle, yet a pair at 0.85 a candidate with probability 0.998); records sharing a key are candidates (grouped by key, each bucket
-   yielding the pairs of its first record with every other: a star, which connects the bucket as well as all
-   its pairs would).
+   shuffle, yet a pair at 0.85 a candidate with probability 0.998); records sharing a key are candidates
+   (grouped by key, each bucket yielding the pairs of its first record with every other: a star, which
+   connects the bucket as well as all its pairs would).
 3. `similarity`: the share of equal signature values, an unbiased estimate of the shingle Jaccard; a candidate
    is a duplicate at or above the threshold, so that bucket collisions below it are not merged.
 4. `star_round`: connected components by alternating large-star and small-star rounds (Kiveris et al., 2014),
@@ -112,6 +112,7 @@ def _mix64(x: np.ndarray) -> np.ndarray:
 
 
 def _mix64_in_place(x: np.ndarray) -> np.ndarray:
+    """_mix64 of a uint64 array, written over it: for the hot paths' fresh temporaries, which need no copy."""
     shifted = np.empty_like(x)
     np.right_shift(x, _S30, out=shifted)
     x ^= shifted
@@ -164,7 +165,7 @@ def shingle_hashes(ids: np.ndarray, shingle: int, chars: Optional[np.ndarray] = 
     with np.errstate(over="ignore"):
         h = np.full(count, np.uint64(n), dtype=np.uint64)
         for j in range(n):  # a loop over the shingle's positions, each step over every shingle at once
-            h = _mix64(h ^ ids[j:j + count])
+            h = _mix64_in_place(h ^ ids[j:j + count])
     h &= np.uint64(_MAX32)
     return np.unique(h) if distinct else h
 
@@ -209,7 +210,7 @@ def _char_shingles(ids: np.ndarray, width: int, chars: np.ndarray) -> np.ndarray
         q = np.cumsum(x * _powers(_BASE_INVERSE, n), dtype=np.uint64)
         below = np.concatenate((np.zeros(1, dtype=np.uint64), q[:len(starts) - 1]))  # Q_(i-1), Q_(-1) = 0
         h = _powers(_BASE, n)[stop - 1] * (q[stop - 1] - below)
-        h = _mix64(h ^ (stop - starts).astype(np.uint64))  # the run's length in: "a b" is not "ab"'s prefix sum
+        h = _mix64_in_place(h ^ (stop - starts).astype(np.uint64))  # the run's length in: "a b" is not "ab"'s sum
     return h & np.uint64(_MAX32)
 
 
@@ -241,7 +242,7 @@ def signature(shingles: np.ndarray, bins: int, key: int, densify: int) -> np.nda
     if len(shingles) == 0:
         return out
     with np.errstate(over="ignore"):
-        h = _mix64(np.asarray(shingles, dtype=np.uint64) ^ np.uint64(key))
+        h = _mix64_in_place(np.asarray(shingles, dtype=np.uint64) ^ np.uint64(key))
         which = (((h >> np.uint64(32)) * np.uint64(bins)) >> np.uint64(32)).astype(np.intp)  # uniform in [0, bins)
         np.minimum.at(out, which, (h & np.uint64(_MAX32)).astype(np.uint32))
         filled = np.zeros(bins, dtype=bool)
