@@ -100,6 +100,19 @@ def _timed(args: list[str]) -> tuple[float, str]:
     return time.perf_counter() - started, proc.stdout
 
 
+def _predicted_seconds(text: str) -> float:
+    """The wall time the estimate printed (`wall time here 1.6 min`), in seconds."""
+    predicted = re.search(r"wall time here\s+([0-9.]+) (s|min|h)", text)
+    return float(predicted.group(1)) * {"s": 1, "min": 60, "h": 3600}[predicted.group(2)]
+
+
+def _wall_time_verdict(predicted: float, measured: float) -> str:
+    off = predicted / measured - 1
+    verdict = "n/a: the job took under 30 s" if measured <= 30 else "met" if abs(off) <= 0.25 else "not met"
+    return (f"wall time: predicted {predicted:.1f} s, the job took {measured:.1f} s ({off:+.0%}; within 25% for "
+            f"jobs over 30 s: {verdict})")
+
+
 def _job_truth(args: list[str], out: Path) -> tuple[dict, float]:
     """The job as the command runs it: the figures every estimate of it prints (by name), and its seconds."""
     seconds, _ = _timed([*args, "--output_dir", str(out), "--display_pbar", "False"])
@@ -170,9 +183,7 @@ def _job_calibration(inputs: dict, trials: int, sample: str, work: Path) -> list
             for name in truth:
                 hits[name] += got[name].low <= truth[name] <= got[name].high
         _, text = _timed(["estimate", *argv, "--output_dir", str(work / "never"), "--sample", sample])
-        predicted = re.search(r"wall time here\s+([0-9.]+) (s|min|h)", text)
-        seconds = float(predicted.group(1)) * {"s": 1, "min": 60, "h": 3600}[predicted.group(2)]
-        results.append((job, {n: (h, trials) for n, h in hits.items()}, seconds, job_seconds))
+        results.append((job, {n: (h, trials) for n, h in hits.items()}, _predicted_seconds(text), job_seconds))
     results.append(_split_seed_calibration(jobs["split"], work, trials, sample, jobs=trials))
     results.append(_mixture_seed_calibration(jobs["mixture"], work, trials, sample))
     return results
@@ -340,11 +351,12 @@ def main() -> int:
               f"({max(widths):.1%}){statistics.median(map(abs, errors)):>13.1%} ({max(map(abs, errors)):.1%})"
               f"{est_s:>12.1f}{startup:>16.1f}{job_s:>8.1f}{est_s / job_s:>8.0%}")
     print("\nthe estimate (one run of the command) against the job:")
-    for name, _, _, _, _, _, _, text, post in rows:
+    for name, _, _, _, _, _, job_s, text, post in rows:
         rows_line = re.search(r"rows\s+(\S+)\s+\(95%: ([^,)]+)", text)
         lv_line = re.search(r"loss-valid tokens\s+(\S+)\s+\(95%: ([^,)]+)", text)
         print(f"  {name:<22} rows {rows_line.group(1)} ({rows_line.group(2)}) vs {post['n_examples']:,}; "
               f"loss-valid {lv_line.group(1)} ({lv_line.group(2)}) vs {post['loss_valid_tokens']:,}")
+        print(f"  {'':<22} {_wall_time_verdict(_predicted_seconds(text), job_s)}")
     for job, hits, predicted, measured in jobs:
         print(f"\n{job} job over the three corpora: {args.job_trials} seeded estimates at {args.sample} (with the "
               f"sample job); the share of them whose 95% interval holds the job's own figure:")
@@ -352,10 +364,7 @@ def main() -> int:
             print(f"  {name:<32}{h / n:>6.0%}  ({'met' if h / n >= TARGET_COVERAGE else 'NOT met'})")
         if predicted is None:
             continue
-        off = predicted / measured - 1
-        verdict = "n/a: the job took under 30 s" if measured <= 30 else "met" if abs(off) <= 0.25 else "not met"
-        print(f"  wall time: predicted {predicted:.1f} s, the job took {measured:.1f} s ({off:+.0%}; "
-              f"within 25% for jobs over 30 s: {verdict})")
+        print(f"  {_wall_time_verdict(predicted, measured)}")
     print("\ntargets:")
     for name, _, hits, _, _, est_s, job_s, _, _ in rows:
         coverage, share = hits / args.trials, est_s / job_s

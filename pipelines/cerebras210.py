@@ -138,6 +138,18 @@ def is_210_config(data: dict) -> bool:
 
 def translate(data: dict, path: str) -> CerebrasConfig:
     """2.10's YAML (a mapping) -> CerebrasConfig; ConfigError names the first key that cannot be run."""
+    try:
+        return _translate(data, path)
+    except ConfigError as e:
+        if "mode" in (data.get("setup") if isinstance(data.get("setup"), dict) else {}):
+            raise
+        # A file without a mode may be a 2.1.1 params file (as configs/*.yaml are), whose keys 2.10 would refuse
+        # one misplaced key at a time: say where it goes.
+        raise ConfigError(f"{e} (this file names no setup.mode: a Model Zoo 2.1.1 params file, as configs/*.yaml "
+                          "are, is given with --params)") from None
+
+
+def _translate(data: dict, path: str) -> CerebrasConfig:
     notices: list[str] = []
     ours: dict[str, Any] = {}
     sections = _sections(data, path, notices, ours)

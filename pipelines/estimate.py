@@ -738,15 +738,15 @@ def _mixture_outputs(plan, mixed: MixturePrediction, documents: Interval, square
     mean of c^2 (whole copies w, one more for a share r of its documents: w^2 + r(2w + 1)) times its documents'
     sum of squared tokens (`squares`, per source). Rows and loss-valid tokens per token taken: the sample job's
     outputs', pooled over the outputs of one max_seq_length (the draw is blind to content), over the tokens
-    those outputs take in expectation (their fractions of the sample job's; data_params.json counts what a split
-    output takes of a mixture only for the job as a whole)."""
+    those outputs took (each output's `tokens_taken`: on a small sample the share an output gets strays far from
+    its fraction, and a ratio over the fraction asked would carry that stray into every prediction)."""
     measured = {o["path"]: o for o in job_params.get("outputs") or []}
-    taken = job_params["mixture"]["tokens_taken"]
     pooled: dict = {}
     for spec in plan.splits.outputs:
         got = measured.get(spec.path, {})
         acc = pooled.setdefault(spec.max_seq_length, [0, 0, 0])
-        for i, value in enumerate((got.get("loss_valid_tokens", 0), got.get("sequences", 0), spec.fraction * taken)):
+        for i, value in enumerate((got.get("loss_valid_tokens", 0), got.get("sequences", 0),
+                                   got.get("tokens_taken", 0))):
             acc[i] += value
     c2 = []  # per source, the mean squared number of times a document is taken
     for p in mixed.sources:

@@ -441,6 +441,28 @@ def test_modes_refused_or_unknown_are_named_exactly():
         "c.yaml: setup.mode: expected one of pretraining, finetuning, dpo, nlg, got None")
 
 
+def test_a_config_without_a_mode_is_told_where_a_211_params_file_goes(capsys):
+    """A 2.1.1 params file given to --config (this project's configs/ are in 2.1.1's form) names no setup.mode:
+    2.10's refusal of its first misplaced key says where such a file goes, not only where the key would."""
+    from pipelines.cerebras210 import translate
+    from pipelines.create_hdf5_dataset import main
+    from pipelines.settings import ConfigError
+
+    hint = (" (this file names no setup.mode: a Model Zoo 2.1.1 params file, as configs/*.yaml are, is given with "
+            "--params)")
+    misplaced = "Parameter 'use_ftfy' in section 'dataset' is misplaced. It should be in 'processing'."
+    data = _data({"dataset": {"use_ftfy": True}})
+    with pytest.raises(ConfigError) as info:
+        translate(data, _PATH)
+    assert str(info.value) == f"c.yaml: {misplaced}"  # a 2.10 config with its mode: 2.10's words alone
+    del data["setup"]["mode"]
+    with pytest.raises(ConfigError) as info:
+        translate(data, _PATH)
+    assert str(info.value) == f"c.yaml: {misplaced}{hint}"
+    assert main(["--config", "configs/lm_data_mixture.yaml"]) == 2
+    assert capsys.readouterr().err.endswith(f"error: configs/lm_data_mixture.yaml: {misplaced}{hint}\n")
+
+
 def test_is_multimodal_is_refused_only_when_true():
     assert _refusal({"dataset": {"is_multimodal": True}}) == (
         "c.yaml: dataset.is_multimodal: multimodal data is not supported")

@@ -516,13 +516,12 @@ def test_a_mixture_draws_from_the_deduplicated_records(planted, tmp_path):
 
 
 def test_the_signature_steps_verify_against_the_groups_own_signature_and_refuse_a_missing_one():
-    """GroupHeads and GroupKept hold a key's own signature among its members' (_asks and _kept_asks make the
-    key ask for itself): verification and similarity are against it, and a group without it fails loudly."""
+    """GroupHeads and GroupKept hold a key's own signature among its members' (_asks makes the key ask for
+    itself): verification and similarity are against it, and a group without it fails loudly."""
     from transforms.core.dedup import node_of
-    from transforms.stages.dedup import (CANDIDATE, SIGS, _asks, _kept_asks, _kept_signature, _send_signature,
-                                         _similarity_to_kept, _verify)
-
     from transforms.core.records import GroupId
+    from transforms.stages.dedup import (CANDIDATE, SIGS, _asks, _kept_signature, _send_signature,
+                                         _similarity_to_kept, _verify)
 
     group = GroupId(file_index=0, slice_index=0, source="/in/f.jsonl", relpath="f.jsonl")
     head, near, far = (node_of(group, "", i) for i in range(3))
@@ -540,7 +539,6 @@ def test_the_signature_steps_verify_against_the_groups_own_signature_and_refuse_
     sent = list(_send_signature((head, {SIGS: [base.tobytes()], "head": [head, head]})))
     assert sent[0] == (head, (head, base.tobytes())) and sent[1].tag == CANDIDATE and len(sent) == 2
     assert list(_send_signature((far, {SIGS: [sig_far.tobytes()], "head": []}))) == []  # no candidate: no further
-    assert _kept_asks((near, head)) == [(near, head), (head, head)]
     assert list(_kept_signature((near, {SIGS: [sig_near.tobytes()], "kept": [head]}))) == [
         (head, (near, sig_near.tobytes()))]
     with pytest.raises(RuntimeError, match="labelled with 2 kept records"):

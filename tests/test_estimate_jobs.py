@@ -113,26 +113,36 @@ def test_each_output_of_a_split_job_is_predicted(three_sources, tmp_path):
 
 
 def test_each_output_of_a_split_mixture_is_predicted(three_sources, tmp_path):
-    """A mixture split train 0.8 / test 0.2: the split routes documents before the mixture draws, so each output
-    holds its fraction of the mixed output, copies going with their document. Each output's documents, rows and
-    loss-valid tokens inside its printed interval in at least 4 of 5 seeded 1% samples; the outputs' tokens add up
-    to the mixture's (data_params.json counts what an output takes of a mixture only for the job as a whole)."""
+    """A mixture split train 0.8 / test 0.2, each at two context lengths: the split routes documents before the
+    mixture draws, so each output holds its fraction of the mixed output, copies going with their document. Each
+    output's documents, tokens taken, rows and loss-valid tokens inside its printed interval in at least 4 of 5
+    seeded 1% samples; the outputs' tokens add up to the mixture's, and no output is predicted more loss-valid
+    tokens than tokens (rows and loss-valid tokens per token are the sample job's over what its outputs took, not
+    over their fractions asked: a 1% sample's outputs stray far from those)."""
     from pipelines.config import load_config
     from pipelines.estimate import estimate, render
 
     _, mixture = three_sources
-    args = _args(mixture, tmp_path / "out", "--total_tokens", "1.2M", "--data_splits", "train=0.8,test=0.2")
-    real = {o["path"]: o for o in run_job(args + ["--display_pbar", "False"])["outputs"]}
+    args = [a for a in _args(mixture, tmp_path / "out", "--total_tokens", "1.2M", "--data_splits",
+                             "train=0.8,test=0.2", "--context_splits", "256=1,1024=1")]
+    del args[args.index("--max_seq_length"):args.index("--max_seq_length") + 2]  # the context splits give them
+    params = run_job(args + ["--display_pbar", "False"])
+    real = {o["path"]: o for o in params["outputs"]}
+    assert sum(o["tokens_taken"] for o in real.values()) == params["mixture"]["tokens_taken"]
     config, _ = load_config(args)
     hits: dict = {}
     for seed in SEEDS:
         e = estimate(config, "1%", seed)
-        assert [o.path for o in e.outputs] == ["train", "test"]
+        assert [o.path for o in e.outputs] == ["train/msl_256", "train/msl_1024", "test/msl_256", "test/msl_1024"]
         _count_output_hits(e, real, hits)
+        for o in e.outputs:
+            hits[o.path, "tokens"] = hits.get((o.path, "tokens"), 0) + (
+                o.tokens.low <= real[o.path]["tokens_taken"] <= o.tokens.high)
+            assert o.loss_valid_tokens.value <= o.tokens.value, o
         assert sum(o.tokens.value for o in e.outputs) == pytest.approx(e.tokens.value)
     assert all(n >= 4 for n in hits.values()), hits
     text = render(e, "LMData")
-    assert "output test" in text and "not predicted one by one" not in text
+    assert "output test/msl_1024" in text and "not predicted one by one" not in text
 
 
 def _count_output_hits(e, real: dict, hits: dict) -> None:

@@ -302,6 +302,14 @@ def test_a_split_job_keeps_every_copy_of_a_document_in_its_split(sources, tmp_pa
     out = tmp_path / "s"
     summary = run_job(_args(_mixture(sources), out, "--data_splits", "train=0.8,test=0.2", mode="LMData_VSL"))
     assert verify_dataset(str(out)).problems == []
+    taken = [o["tokens_taken"] for o in summary["outputs"]]  # what each split took of the mixture, copies included
+    assert min(taken) > 0 and sum(taken) == summary["mixture"]["tokens_taken"]
+    summary["outputs"][1]["tokens_taken"] += 1
+    (out / "data_params.json").write_text(json.dumps(summary))
+    assert verify_dataset(str(out)).problems == [
+        f"data_params.json: the outputs took {sum(taken) + 1} tokens of the mixture, its section says {sum(taken)}"]
+    summary["outputs"][1]["tokens_taken"] -= 1
+    (out / "data_params.json").write_text(json.dumps(summary))
     mix = summary["mixture"]["sources"]
     assert mix["ml"]["repeats"] > 0 and summary["input"]["repeats"] == sum(s["repeats"] for s in mix.values())
     tok = shared_tokenizer(read_tokenizer_files("GPT2Tokenizer", vocab_file=str(GPT2 / "vocab.bpe"),

@@ -217,6 +217,10 @@ def _verify_split_job(out_dir: str, summary: dict, **flags) -> VerifyResult:
     if inp and isinstance(summary.get("mixture"), dict):  # a mixture's plan is the job's, its section the summary's
         res.problems += [f"{PARAMS_FILE}: {p}" for p in check_mixture(summary["mixture"], inp,
                                                                       encoded=_templated(res.mode))]
+        per_output = [entry.get("tokens_taken") for entry in summary["outputs"]]
+        if None not in per_output and sum(per_output) != summary["mixture"].get("tokens_taken"):
+            res.problems.append(f"{PARAMS_FILE}: the outputs took {sum(per_output)} tokens of the mixture, its "
+                                f"section says {summary['mixture'].get('tokens_taken')}")
     if inp and isinstance(summary.get("dedup"), dict):  # deduplication is the job's, across its outputs
         res.problems += [f"{PARAMS_FILE}: {p}" for p in check_dedup(summary["dedup"], inp, listing_counts(out_dir))]
     if inp and documents != inp["good"]:

@@ -408,6 +408,12 @@ def select_batch(batch, plan: MixturePlan, source: int, n_files: int, hashes: np
     return out
 
 
+def tokens_taken(stats) -> int:
+    """The tokens a mixture took (copies included) as `stats` counted them: a job's, or one output's of a split
+    job (each output has its own counters)."""
+    return sum(v for k, v in stats.with_prefix(MIXTURE_PREFIX).items() if k.startswith("tokens_taken."))
+
+
 def mixture_section(summary: dict, stats) -> dict:
     """data_params.json's `mixture`: the plan (targets, thresholds) with what the job took of each source."""
     counts = stats.with_prefix(MIXTURE_PREFIX)

@@ -88,10 +88,11 @@ def _family(item):
             yield band, head
 
 
-def _asks(edge):
-    """A candidate (member, head): the member's signature is asked for by its head, and so is the head's own."""
-    member, head = edge
-    return [(member, head), (head, head)]
+def _asks(pair):
+    """(node, asker): the node's signature is asked for by the asker, and so is the asker's own. A bucket's head
+    asks so for each candidate (member, head); a kept record so for each record labelled with it (removed, kept)."""
+    node, asker = pair
+    return [(node, asker), (asker, asker)]
 
 
 def _send_signature(item):
@@ -107,7 +108,7 @@ def _send_signature(item):
 
 
 def _own(key, members, step: str):
-    """The signature a group's key sent itself (as _asks and _kept_asks have it ask), decoded."""
+    """The signature a group's key sent itself (as _asks has it ask), decoded."""
     for node, sig in members:
         if node == key:
             return np.frombuffer(sig, dtype=VALUE_DTYPE)
@@ -152,12 +153,6 @@ def _labels(item):
                            f"{node[1]}, group {node[2]}, record {node[4]}); please report it")
     if down:
         yield node, down[0]
-
-
-def _kept_asks(label):
-    """A removed node's label (node, kept): its signature is asked for by the kept record, and so is the kept's."""
-    node, kept = label
-    return [(node, kept), (kept, kept)]
 
 
 def _kept_signature(item):
@@ -422,7 +417,7 @@ class DeduplicateDocuments(beam.PTransform):
                   | "Ends" >> beam.FlatMap(lambda e: [(e[0], ("down", e[1])), (e[1], ("up", e[0]))])
                   | "GroupEnds" >> beam.GroupByKey()
                   | "Labels" >> beam.FlatMap(_labels))
-        near = ({SIGS: sent[CANDIDATE], "kept": labels | "KeptAsks" >> beam.FlatMap(_kept_asks)}
+        near = ({SIGS: sent[CANDIDATE], "kept": labels | "KeptAsks" >> beam.FlatMap(_asks)}
                 | "JoinRemovedSignatures" >> beam.CoGroupByKey()
                 | "SendToKept" >> beam.FlatMap(_kept_signature)
                 | "GroupKept" >> beam.GroupByKey()
