@@ -31,10 +31,8 @@ from typing import Optional
 from pipelines import process
 from pipelines.beam_notices import drop_errors_said_again
 from pipelines.config import TOOLS, ConfigError, load_config
-from pipelines.job import run
 from pipelines.plan import UserError
 from pipelines.summary import bad_share_problem
-from transforms.stages.mixture import MixtureError
 
 __all__ = ["main", "cli"]
 
@@ -55,6 +53,10 @@ def main(argv: Optional[list[str]] = None, *, head_start: Optional[process.HeadS
         from pipelines.tools import main as tools_main
 
         return tools_main(argv)
+    # Beam is imported for a job only: the tools (verify, inspect, ...) start a second sooner without it.
+    from pipelines.job import run
+    from transforms.stages.mixture import MixtureError
+
     process.configure_logging()
     drop_errors_said_again(MixtureError)
     try:

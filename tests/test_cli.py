@@ -162,7 +162,7 @@ def test_main_goes_on_from_the_flags_the_head_start_parsed(tmp_path, monkeypatch
     """The flags are parsed once: main() takes the head start's config, or reports its error, and parses nothing
     again (the job's, or the estimate's)."""
     from pipelines import create_hdf5_dataset as command
-    from pipelines import estimate
+    from pipelines import estimate, job
     from pipelines.config import ConfigError, load_config
     from pipelines.process import HeadStart
 
@@ -175,7 +175,7 @@ def test_main_goes_on_from_the_flags_the_head_start_parsed(tmp_path, monkeypatch
     monkeypatch.setattr(command, "load_config", parse_again)
     monkeypatch.setattr(estimate, "load_config", parse_again)
     ran = []
-    monkeypatch.setattr(command, "run", lambda config, beam_args: ran.append((config, beam_args)))
+    monkeypatch.setattr(job, "run", lambda config, beam_args: ran.append((config, beam_args)))  # main imports it
     assert command.main(head_start=HeadStart(args, loaded=loaded)) == 0
     assert len(ran) == 1 and ran[0][0] is loaded[0] and ran[0][1] == ["--runner", "FnApiRunner"]
     refused = ConfigError("output_dir: required")
