@@ -289,11 +289,9 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     outputs = ()
     if plan.splits is not None and mixed is None:
         outputs = _predict_outputs(plan, by_subset, sample_by_output, job_params, _groups(plan, sizes, None))
-    elif plan.splits is not None and all(o.subset is None for o in plan.splits.outputs):
+    elif plan.splits is not None:  # (a mixture has no subsets: the configuration refuses them together)
         outputs = _mixture_outputs(plan, mixed, documents, [combine(per).value for per in strata["squares"]],
                                    job_params, _groups(plan, sizes, mixed))
-    elif plan.splits is not None:
-        notes.append("a mixture with subsets: the outputs are not predicted one by one yet (the totals are)")
     if config.dedup:
         # A sample holds few of a record's copies: it cannot say how many of the corpus' records are duplicates.
         notes.append("dedup: only the sample's own duplicates are removed, not the corpus': the prediction is of the "
