@@ -140,13 +140,18 @@ def translate(data: dict, path: str) -> CerebrasConfig:
     """2.10's YAML (a mapping) -> CerebrasConfig; ConfigError names the first key that cannot be run."""
     try:
         return _translate(data, path)
-    except ConfigError as e:
+    except _Unshaped as e:
         if "mode" in (data.get("setup") if isinstance(data.get("setup"), dict) else {}):
-            raise
-        # A file without a mode may be a 2.1.1 params file (as configs/*.yaml are), whose keys 2.10 would refuse
-        # one misplaced key at a time: say where it goes.
+            raise ConfigError(str(e)) from None
+        # A file without a mode whose keys are not where 2.10 keeps them may be a 2.1.1 params file (as
+        # configs/*.yaml are), which 2.10 would refuse one misplaced key at a time: say where it goes.
         raise ConfigError(f"{e} (this file names no setup.mode: a Model Zoo 2.1.1 params file, as configs/*.yaml "
                           "are, is given with --params)") from None
+
+
+class _Unshaped(ConfigError):
+    """A config not in 2.10's shape (a key in another section, no mode), rather than one asking for what is not
+    supported."""
 
 
 def _translate(data: dict, path: str) -> CerebrasConfig:
@@ -163,7 +168,7 @@ def _translate(data: dict, path: str) -> CerebrasConfig:
         raise ConfigError(f"{path}: setup.mode {mode210!r}: {_REFUSED_MODES[mode210]} are not supported; "
                           f"supported modes: {', '.join(_MODES)}")
     if mode210 not in _MODES:
-        raise ConfigError(f"{path}: setup.mode: expected one of {', '.join(_MODES)}, got {mode210!r}")
+        raise _Unshaped(f"{path}: setup.mode: expected one of {', '.join(_MODES)}, got {mode210!r}")
     if dataset.get("is_multimodal"):
         raise ConfigError(f"{path}: dataset.is_multimodal: multimodal data is not supported")
     values: dict[str, Any] = {}
@@ -246,7 +251,7 @@ def _sections(data: dict, path: str, notices: list, ours: dict) -> dict:
                 continue
             home = next((s for s, keys in _SECTIONS.items() if key in keys), None)
             if home is not None:  # 2.10's own words, so that a 2.10 user recognises the error
-                raise ConfigError(f"{path}: Parameter '{key}' in section '{name}' is misplaced. It should be in "
+                raise _Unshaped(f"{path}: Parameter '{key}' in section '{name}' is misplaced. It should be in "
                                   f"'{home}'.")
             if key in _OURS:
                 ours[key] = body[key]  # this tool's own settings are welcome in a 2.10 config (2.10 ignores them)

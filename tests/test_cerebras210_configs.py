@@ -461,6 +461,11 @@ def test_a_config_without_a_mode_is_told_where_a_211_params_file_goes(capsys):
     assert str(info.value) == f"c.yaml: {misplaced}{hint}"
     assert main(["--config", "configs/lm_data_mixture.yaml"]) == 2
     assert capsys.readouterr().err.endswith(f"error: configs/lm_data_mixture.yaml: {misplaced}{hint}\n")
+    data = _data({"setup": {"image_dir": "/img"}})  # a 2.10 config without a mode, asking for what is refused
+    del data["setup"]["mode"]
+    with pytest.raises(ConfigError) as info:
+        translate(data, _PATH)
+    assert "not supported" in str(info.value) and "--params" not in str(info.value)
 
 
 def test_is_multimodal_is_refused_only_when_true():
