@@ -107,8 +107,23 @@ def test_planted_items_are_found_and_near_misses_are_not():
     ]
     found = find_matches(texts, index)
     assert [len(f) for f in found] == [19, 19, 19, 0, 1, 0, 0]
-    assert found[0][0][:2] == (2, 13) and found[4] == [(0, 10, found[4][0][2])]
+    assert found[0][0][:2] == (2, 13) and found[4] == [(0, 10, found[4][0][2], 1)]
+    assert {m[3] for m in found[0] + found[1] + found[2]} == {0}  # the question's n-grams are item 0's
     assert find_matches(texts, EvalIndex({})) == [[]] * len(texts)
+
+
+def test_an_ngram_is_owned_by_the_first_item_that_holds_it():
+    """Two items sharing n-grams (a question copied into another's context): the shared ones name the first, the
+    second's own name it; the tables are sorted and distinct."""
+    config = DecontamConfig()
+    other = "Context: " + QUESTION + " Answer carefully and show every step of the work please."
+    index = build_index(["too short", QUESTION, other], config)
+    table, owners = index.hashes[13], index.owners[13]
+    assert (np.diff(table.astype(object)) > 0).all() and len(owners) == len(table)
+    mine, theirs = set(ngram_hashes([QUESTION], 13)[0].tolist()), set(ngram_hashes([other], 13)[0].tolist())
+    assert dict(zip(table.tolist(), owners.tolist())) == {h: 1 if h in mine else 2 for h in mine | theirs}
+    with pytest.raises(KeyError, match="1 of the hashes are not in the index"):
+        index.owners_of(13, np.array([table[0], table[0] ^ np.uint64(1)], dtype=np.uint64))
 
 
 def test_the_index_holds_exactly_its_hashes():

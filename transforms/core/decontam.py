@@ -223,9 +223,11 @@ _FILTER_BITS = 24  # the index's filter: a bit per value of a hash's top 24 bits
 @dataclasses.dataclass(frozen=True)
 class EvalIndex:
     """An evaluation set's n-grams, per length: sorted distinct hashes (8 bytes each: a 10 MB set of English is
-    about 1.7 million). `items` counts the items read, `short` those too short to be evidence."""
+    about 1.7 million) and, beside each, the item it was first found in (its ordinal among the items read: the
+    listing names it). `items` counts the items read, `short` those too short to be evidence."""
 
     hashes: dict
+    owners: dict = dataclasses.field(default_factory=dict)
     items: int = 0
     short: int = 0
 
@@ -250,41 +252,65 @@ class EvalIndex:
 
     def holds(self, length: int, hashes: np.ndarray) -> np.ndarray:
         """Which of `hashes` (n-grams of `length` units) are the index's."""
+        return self._look_up(length, hashes)[0]
+
+    def owners_of(self, length: int, hashes: np.ndarray) -> np.ndarray:
+        """The item each of `hashes` (all the index's) was first found in."""
+        found, at = self._look_up(length, hashes)
+        if not found.all():
+            raise KeyError(f"{int((~found).sum())} of the hashes are not in the index")
+        return self.owners[length][at]
+
+    def _look_up(self, length: int, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(which of `hashes` are the index's, where each found one is in its table)."""
         table = self.hashes.get(length)
+        at = np.zeros(len(hashes), dtype=np.int64)
         if table is None or not len(hashes):
-            return np.zeros(len(hashes), dtype=bool)
+            return np.zeros(len(hashes), dtype=bool), at
         top = hashes >> np.uint64(64 - _FILTER_BITS)
         maybe = ((self._filter[(top >> np.uint64(3)).astype(np.int64)] >> (top & np.uint64(7)).astype(np.uint8))
                  & 1).astype(bool)
         candidates = hashes[maybe]
-        at = np.minimum(np.searchsorted(table, candidates), len(table) - 1)
-        maybe[maybe] = table[at] == candidates
-        return maybe
+        at[maybe] = np.minimum(np.searchsorted(table, candidates), len(table) - 1)
+        maybe[maybe] = table[at[maybe]] == candidates
+        return maybe, at
 
 
 def build_index(items: Iterable[str], config: DecontamConfig) -> EvalIndex:
-    """The index of an evaluation set's texts (each item's text fields, one at a time)."""
+    """The index of an evaluation set's texts (each item's text fields, one at a time), each n-gram owned by the
+    first item (in the order given) that holds it."""
     found: dict = {}
     count = short = 0
-    for text in items:
+    for ordinal, text in enumerate(items):
         count += 1
         length, hashes = item_ngrams(text, config)
         if not length:
             short += 1
             continue
-        found.setdefault(length, []).append(hashes)
-    return EvalIndex({length: np.unique(np.concatenate(parts)) for length, parts in found.items()}, count, short)
+        found.setdefault(length, []).append((hashes, np.full(len(hashes), ordinal, dtype=np.int64)))
+    tables, owners = {}, {}
+    for length, parts in found.items():
+        hashes = np.concatenate([h for h, _ in parts])
+        ordinals = np.concatenate([o for _, o in parts])
+        order = np.lexsort((ordinals, hashes))  # by hash, then by item: the first of equal hashes is the owner
+        hashes, ordinals = hashes[order], ordinals[order]
+        first = np.ones(len(hashes), dtype=bool)
+        first[1:] = hashes[1:] != hashes[:-1]
+        tables[length], owners[length] = hashes[first], ordinals[first]
+    return EvalIndex(tables, owners, count, short)
 
 
-def find_matches(texts: Sequence[str], index: EvalIndex) -> list[list[tuple[int, int, int]]]:
-    """Per text, the evaluation n-grams it holds: (first unit, length, hash), in order of position then length."""
-    out: list[list[tuple[int, int, int]]] = [[] for _ in texts]
+def find_matches(texts: Sequence[str], index: EvalIndex) -> list[list[tuple[int, int, int, int]]]:
+    """Per text, the evaluation n-grams it holds: (first unit, length, hash, the item that owns it), in order of
+    position then length."""
+    out: list[list[tuple[int, int, int, int]]] = [[] for _ in texts]
     u, counts = _batch_units(texts)
     for length in index.lengths:
         hashes, text_of, first = _ngrams_of(u, counts, length)
         hit = index.holds(length, hashes)
-        for t, f, h in zip(text_of[hit].tolist(), first[hit].tolist(), hashes[hit].tolist()):
-            out[t].append((f, length, h))
+        owners = index.owners_of(length, hashes[hit])
+        for t, f, h, o in zip(text_of[hit].tolist(), first[hit].tolist(), hashes[hit].tolist(), owners.tolist()):
+            out[t].append((f, length, h, o))
     for matches in out:
         matches.sort()
     return out
