@@ -74,8 +74,25 @@ def test_ngrams_of_a_batch_are_each_texts_own():
     for t, text in enumerate(texts):
         alone = ngram_hashes([text], 3)[0]
         assert np.array_equal(h[text_of == t], alone)
-    assert [len(x) for x in ngram_hashes(["a b c d"], 5)] == [0, 0, 0]
+    none = ngram_hashes(["a b c d"], 5)
+    assert [len(x) for x in none] == [0, 0, 0] and [x.dtype for x in none] == [np.uint64, np.int64, np.int64]
     assert ngram_hashes([], 13)[0].dtype == np.uint64
+    assert [len(x) for x in ngram_hashes(["", " ,.", ""], 1)] == [0, 0, 0]  # texts without units: no n-gram
+    one, text_of, _ = ngram_hashes(["", "word", ""], 1)
+    assert len(one) == 1 and text_of.tolist() == [1]
+
+
+def test_distinct_units_hash_apart():
+    """Every distinct unit of 60 multilingual documents has its own hash (a unit's length and each byte's place
+    count), and an n-gram's hash depends on each unit and its place."""
+    words = sorted({w for t in _texts() for w in units(t)})
+    assert len(words) > 1000
+    hashes = [int(ngram_hashes([w], 1)[0][0]) for w in words]
+    assert len(set(hashes)) == len(words)
+    pairs = ["ab ba", "ab abab", "a aa", "x\u00e9 xe"]
+    for pair in pairs:
+        a, b = pair.split()
+        assert ngram_hashes([a], 1)[0][0] != ngram_hashes([b], 1)[0][0], pair
 
 
 def test_items_of_13_units_or_more_give_their_ngrams_shorter_ones_themselves_and_under_8_none():
@@ -86,9 +103,11 @@ def test_items_of_13_units_or_more_give_their_ngrams_shorter_ones_themselves_and
     length, hashes = item_ngrams(ten, config)
     assert length == 10 and np.array_equal(hashes, ngram_hashes([ten], 10)[0]) and len(hashes) == 1
     assert item_ngrams("one two three four five six seven eight", config)[0] == 8
-    assert item_ngrams("one two three four five six seven", config)[0] == 0
-    index = build_index([QUESTION, ten, "too short", QUESTION.upper()], config)
-    assert (index.items, index.short, index.lengths, len(index)) == (4, 1, (10, 13), 20)
+    length, hashes = item_ngrams("one two three four five six seven", config)
+    assert (length, len(hashes), hashes.dtype) == (0, 0, np.uint64)
+    index = build_index([QUESTION, ten, "too short", QUESTION.upper(), "also short"], config)
+    assert (index.items, index.short, index.lengths, len(index)) == (5, 2, (10, 13), 20)
+    assert DecontamConfig(min_ngram=1).min_ngram == 1 and DecontamConfig(min_ngram=13).min_ngram == 13
 
 
 def test_planted_items_are_found_and_near_misses_are_not():
@@ -122,8 +141,8 @@ def test_an_ngram_is_owned_by_the_first_item_that_holds_it():
     assert (np.diff(table.astype(object)) > 0).all() and len(owners) == len(table)
     mine, theirs = set(ngram_hashes([QUESTION], 13)[0].tolist()), set(ngram_hashes([other], 13)[0].tolist())
     assert dict(zip(table.tolist(), owners.tolist())) == {h: 1 if h in mine else 2 for h in mine | theirs}
-    with pytest.raises(KeyError, match="1 of the hashes are not in the index"):
-        index.owners_of(13, np.array([table[0], table[0] ^ np.uint64(1)], dtype=np.uint64))
+    with pytest.raises(KeyError, match="2 of the hashes are not in the index"):
+        index.owners_of(13, np.array([table[0], table[0] ^ np.uint64(1), table[1] ^ np.uint64(1)], dtype=np.uint64))
 
 
 def test_the_index_holds_exactly_its_hashes():
@@ -132,10 +151,17 @@ def test_the_index_holds_exactly_its_hashes():
     table = np.unique(rng.integers(0, 2**63, size=5000, dtype=np.uint64) * np.uint64(2))
     index = EvalIndex({13: table})
     near = table[:100] ^ np.uint64(1)  # the same top bits, another hash
-    probe = np.concatenate((table[::7], near, rng.integers(0, 2**63, size=2000, dtype=np.uint64) | np.uint64(1)))
+    above = table[-1:] + np.uint64(1)  # beyond the last hash of the table, with its top bits
+    probe = np.concatenate((table[::7], near, above,
+                            rng.integers(0, 2**63, size=2000, dtype=np.uint64) | np.uint64(1)))
     assert np.array_equal(index.holds(13, probe), np.isin(probe, table))
-    assert index.holds(13, probe).sum() == len(table[::7])
-    assert not index.holds(12, probe).any() and index.holds(13, probe[:0]).shape == (0,)
+    assert index.holds(13, probe).sum() == len(table[::7]) and index.holds(13, probe).dtype == bool
+    assert not index.holds(12, probe).any() and index.holds(12, probe).dtype == bool
+    assert index.holds(13, probe[:0]).shape == (0,)
+    # The filter passes exactly the hashes whose top 24 bits one of the table's has: few of the random ones.
+    tops = set((table >> np.uint64(40)).tolist())
+    assert index._maybe(probe).tolist() == [t in tops for t in (probe >> np.uint64(40)).tolist()]
+    assert index._maybe(probe).sum() < len(table[::7]) + len(near) + 1 + 50
 
 
 def test_cut_takes_each_match_and_its_margins_and_keeps_long_pieces():
@@ -153,6 +179,14 @@ def test_cut_takes_each_match_and_its_margins_and_keeps_long_pieces():
     assert cut(three, spots, config) is None  # cut 3 times, more than max_splits
     assert cut(three, spots[:2], config) == [three[:x1 - 10], three[x1 + 12:x2 - 10], three[x2 + 12:]]
     assert cut(three, spots[:2], DecontamConfig(margin=10, min_piece=41)) == [three[x2 + 12:]]
+    assert cut(three, spots[:2], DecontamConfig(margin=10, min_piece=40)) == [three[x1 + 12:x2 - 10],
+                                                                            three[x2 + 12:]]  # 40 long: kept
+    at_start = "x1 " + "b" * 30
+    assert cut(at_start, [(0, 1)], DecontamConfig(margin=2, min_piece=1)) == [at_start[4:]]  # nothing before it
+    # Regions that only touch are one cut: x1's reaches 10 past it, exactly where x2's begins.
+    touching = left + "x1" + " " * 20 + "x2" + right
+    assert cut(touching, [(first, 1), (first + 1, 1)], DecontamConfig(margin=10, min_piece=20, max_splits=1)) == [
+        left[:21], "b" * 21]
 
 
 def test_a_config_refuses_what_cannot_be_run():
@@ -162,3 +196,7 @@ def test_a_config_refuses_what_cannot_be_run():
         DecontamConfig(action="trim")
     with pytest.raises(ValueError, match="margin must be >= 0, got -1"):
         DecontamConfig(margin=-1)
+    with pytest.raises(ValueError, match="min_ngram 0 must be between 1 and ngram 13"):
+        DecontamConfig(min_ngram=0)
+    zero = DecontamConfig(max_docs=0, margin=0, min_piece=0, max_splits=0)  # each may be 0
+    assert (zero.max_docs, zero.margin, zero.min_piece, zero.max_splits) == (0, 0, 0, 0)

@@ -148,9 +148,7 @@ def unit_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-_BYTE_VALUES = np.arange(1, 257, dtype=np.uint64)
-with np.errstate(over="ignore"):
-    _mix64_in_place(_BYTE_VALUES)
+_BYTE_VALUES = _mix64_in_place(np.arange(1, 257, dtype=np.uint64))
 _NGRAM_BASE = np.uint64(0xD6E8FEB86659FD93)  # odd: invertible modulo 2^64
 _NGRAM_INVERSE = np.uint64(pow(int(_NGRAM_BASE), -1, 1 << 64))
 
@@ -166,10 +164,10 @@ def _unit_hashes(words: Sequence[str]) -> np.ndarray:
     lengths = ends - starts
     data = joined[joined != 0]
     offset = np.arange(len(data), dtype=np.int64) - np.repeat(starts - np.arange(len(starts)), lengths)
-    with np.errstate(over="ignore"):
-        terms = _BYTE_VALUES[data] * _powers(_NGRAM_BASE, int(lengths.max()))[offset]
-        h = np.add.reduceat(terms, starts - np.arange(len(starts))) ^ lengths.astype(np.uint64)
-        return _mix64_in_place(h)
+    # (uint64 arrays wrap silently: no overflow to silence)
+    terms = _BYTE_VALUES[data] * _powers(_NGRAM_BASE, int(lengths.max()))[offset]
+    h = np.add.reduceat(terms, starts - np.arange(len(starts))) ^ lengths.astype(np.uint64)
+    return _mix64_in_place(h)
 
 
 def _batch_units(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -185,13 +183,10 @@ def _ngrams_of(u: np.ndarray, counts: np.ndarray, n: int) -> tuple[np.ndarray, n
     if total <= 0:
         empty = np.zeros(0, dtype=np.int64)
         return np.zeros(0, dtype=np.uint64), empty, empty
-    with np.errstate(over="ignore"):
-        # H(i) = sum_k u[i+k] B^(n-1-k) = B^(i+n-1) (Q[i+n] - Q[i]), Q[j] = sum_(t<j) u[t] B^-t: prefix sums, so
-        # that an n-gram of any length costs the same few passes.
-        q = np.concatenate((np.zeros(1, dtype=np.uint64),
-                            np.cumsum(u * _powers(_NGRAM_INVERSE, len(u)), dtype=np.uint64)))
-        h = _powers(_NGRAM_BASE, len(u))[n - 1:] * (q[n:] - q[:total])
-        h = _mix64_in_place(h ^ np.uint64(n))
+    # H(i) = sum_k u[i+k] B^(n-1-k) = B^(i+n-1) (Q[i+n] - Q[i]), Q[j] = sum_(t<j) u[t] B^-t: prefix sums, so that
+    # an n-gram of any length costs the same few passes.
+    q = np.concatenate((np.zeros(1, dtype=np.uint64), np.cumsum(u * _powers(_NGRAM_INVERSE, len(u)))))
+    h = _mix64_in_place(_powers(_NGRAM_BASE, len(u))[n - 1:] * (q[n:] - q[:total]) ^ np.uint64(n))
     ends = np.cumsum(counts)
     text_of = np.searchsorted(ends, np.arange(total, dtype=np.int64), side="right")
     first = np.arange(total, dtype=np.int64) - (ends - counts)[text_of]
@@ -250,6 +245,12 @@ class EvalIndex:
                              np.left_shift(1, (top & np.uint64(7)).astype(np.uint8)).astype(np.uint8))
         return bits
 
+    def _maybe(self, hashes: np.ndarray) -> np.ndarray:
+        """The filter's verdict: which of `hashes` have the top 24 bits of one of the index's."""
+        top = hashes >> np.uint64(64 - _FILTER_BITS)
+        return ((self._filter[(top >> np.uint64(3)).astype(np.int64)] >> (top & np.uint64(7)).astype(np.uint8))
+                & 1).astype(bool)
+
     def holds(self, length: int, hashes: np.ndarray) -> np.ndarray:
         """Which of `hashes` (n-grams of `length` units) are the index's."""
         return self._look_up(length, hashes)[0]
@@ -267,9 +268,7 @@ class EvalIndex:
         at = np.zeros(len(hashes), dtype=np.int64)
         if table is None or not len(hashes):
             return np.zeros(len(hashes), dtype=bool), at
-        top = hashes >> np.uint64(64 - _FILTER_BITS)
-        maybe = ((self._filter[(top >> np.uint64(3)).astype(np.int64)] >> (top & np.uint64(7)).astype(np.uint8))
-                 & 1).astype(bool)
+        maybe = self._maybe(hashes)
         candidates = hashes[maybe]
         at[maybe] = np.minimum(np.searchsorted(table, candidates), len(table) - 1)
         maybe[maybe] = table[at[maybe]] == candidates
