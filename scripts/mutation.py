@@ -84,6 +84,16 @@ MODULES = {
     "sample": ("transforms/io/sample.py", ["tests/test_estimate.py"]),
     "fast_ftfy": ("transforms/core/fast_ftfy.py", ["tests/test_fast_ftfy.py"]),
     "dedup": ("transforms/core/dedup.py", ["tests/test_dedup_core.py"]),
+    # The dedup stage's files (its index for later jobs, its listing of removed records) and its steps: the pure
+    # helpers are spoken for by plain calls; the Beam composites (ReadDedupIndex, DeduplicateDocuments: "no tests"
+    # in dedup_stage) only by the job tests, in dedup_stage_jobs: hours (a surviving mutant of expand runs every
+    # job of tests/test_dedup_job.py, ~100 s).
+    "dedup_io": (("transforms/io/dedup_index.py", "transforms/io/dedup_listing.py"), ["tests/test_dedup_io.py"]),
+    "dedup_stage": ("transforms/stages/dedup.py", ["tests/test_dedup_steps.py"]),
+    "dedup_stage_jobs": ("transforms/stages/dedup.py", ["tests/test_dedup_steps.py", "tests/test_dedup_job.py"]),
+    # Decontamination (issue #47): its pure core, and the evaluation sets' reader.
+    "decontam": ("transforms/core/decontam.py", ["tests/test_decontam_core.py"]),
+    "eval_sets": ("transforms/io/eval_sets.py", ["tests/test_eval_sets.py"]),
     "hooks210": ("transforms/core/hooks210.py", ["tests/test_hooks210.py", "tests/test_hook_loading.py"]),
     "regions": ("transforms/core/regions.py", ["tests/test_regions.py", "tests/test_hooks210.py"]),
     # The 2.10 config translation lives with the command line, outside transforms/: a file path works the same.

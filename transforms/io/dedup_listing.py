@@ -32,11 +32,13 @@ def write_listing(item: tuple[str, Iterable[tuple]], output_dir: str) -> int:
 
 
 def listing_counts(output_dir: str) -> Optional[dict]:
-    """The records OUT/dedup/ lists, per kind (None: no such directory), read a line at a time."""
+    """The records OUT/dedup/ lists, per kind (None: no such directory), read a line at a time. Only the listing
+    files count: a write killed before its rename leaves a temporary (".partial") beside them."""
     directory = fs.join(output_dir, DEDUP_DIR)
     names = fs.listdir_names(directory)
     if not names:
         return None
+    names = [n for n in names if n.endswith(".jsonl")]
     counts: Counter = Counter()
     for name in sorted(names):
         with fsspec.open(fs.join(directory, name), "rt", encoding="utf-8") as f:
