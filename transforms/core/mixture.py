@@ -408,9 +408,9 @@ def select_batch(batch, plan: MixturePlan, source: int, n_files: int, hashes: np
     return out
 
 
-def tokens_taken(stats) -> int:
-    """The tokens a mixture took (copies included) as `stats` counted them: a job's, or one output's of a split
-    job (each output has its own counters)."""
+def output_tokens_taken(stats) -> int:
+    """The tokens a mixture took (copies included) as `stats` counted them: one output's of a split job (each
+    output has its own counters). (Named apart from mixture_section's per-source `tokens_taken`.)"""
     return sum(v for k, v in stats.with_prefix(MIXTURE_PREFIX).items() if k.startswith("tokens_taken."))
 
 

@@ -14,7 +14,7 @@ from typing import Optional
 
 from transforms.core.features import LM_FEATURES, VSL_FEATURES
 from transforms.core.dedup import dedup_section
-from transforms.core.mixture import mixture_section, tokens_taken
+from transforms.core.mixture import mixture_section, output_tokens_taken
 from transforms.core.stats import (ENCODER_CHECK, H5_ROWS, ROLE_TOKENS, ROLE_TRAINED, ROWS_DROPPED, Stats,
                                    check_accounting, h5_stats_section, input_section, merge, post_process_section)
 from transforms.core.tokenizer.fast import CHECK_FIELDS
@@ -161,7 +161,7 @@ def finalize_split(shards: list, stats_by_part: list, rest: Stats, dead_letters:
     if mixture:  # the plan is the job's: what each source gave, over every output (each has its own counters)
         summary["mixture"] = mixture_section(mixture[0], merge([rest, *part_stats]))
         for row, part in zip(summary["outputs"], part_stats):  # what each output took of it (verify adds them up)
-            row["tokens_taken"] = tokens_taken(part)
+            row["tokens_taken"] = output_tokens_taken(part)
     if dedup:  # the job's too: duplicates are found across the outputs
         summary["dedup"] = dedup_section(dedup[0], merge([rest, *part_stats]))
     fs.write_text_atomic(fs.join(output_dir, PARAMS_FILE), json.dumps(summary, indent=4, sort_keys=True) + "\n")
