@@ -125,8 +125,10 @@ class Config(Settings):
         out: dict = {"setup": {"dataset_processor": self.traits.processor, "mode": self.mode},
                      "processing": {}, "dataset": {}}
         for s in SETTINGS:
-            # Deduplication's settings only where it runs: a job without it writes the file it always wrote.
-            if self.mode in s.modes and (self.dedup or not s.name.startswith("dedup")):
+            # Deduplication's and decontamination's settings only where they run: a job without them writes the
+            # file it always wrote.
+            if self.mode in s.modes and (self.dedup or not s.name.startswith("dedup")) and (
+                    self.decontaminate or not s.name.startswith("decontaminate")):
                 out[s.section][s.name] = getattr(self, s.name)
         if self.params_file:
             out["setup"]["params"] = self.params_file
@@ -443,6 +445,7 @@ def _validate(mode: str, v: dict, sources: dict) -> Optional[MixtureSpec]:
              f"shuffle_strategy: {v['shuffle_strategy']!r} is not one of auto, disk, runner")
     _require(v["processes"] is None or v["processes"] >= 0, "processes: must be >= 0")
     _validate_dedup(v)
+    _validate_decontaminate(v)
     for name in ("eos_id", "pad_id"):
         _require(v[name] is None or v[name] >= 0, f"{name}: must be >= 0")
     if v["keys"] and v.get("jsonl_key"):
@@ -488,6 +491,17 @@ def job_max_seq_lengths(v: dict) -> list[tuple[str, int]]:
     if not v.get("context_splits") and not all(c for _, _, c in v.get("data_splits") or ((None, 1, None),)):
         out.append(("max_seq_length", v["max_seq_length"]))
     return out
+
+
+def _validate_decontaminate(v: dict) -> None:
+    _require(v["decontaminate_action"] == "drop",
+             f"decontaminate_action: {v['decontaminate_action']!r} is not one of drop (cut is not built yet)")
+    _require(v["decontaminate_ngram"] >= 1, "decontaminate_ngram: must be >= 1")
+    _require(1 <= v["decontaminate_min_ngram"] <= v["decontaminate_ngram"],
+             f"decontaminate_min_ngram: {v['decontaminate_min_ngram']} is not between 1 and decontaminate_ngram "
+             f"({v['decontaminate_ngram']})")
+    _require(v["decontaminate_max_docs"] >= 1, "decontaminate_max_docs: must be >= 1")
+    _require(not v["decontaminate_keys"] or bool(v["decontaminate"]), "decontaminate_keys needs decontaminate")
 
 
 def _validate_dedup(v: dict) -> None:

@@ -2,7 +2,8 @@
 
     input manifest -> ReadCorpus -> (SkipStoredGroups, on resume)
         -> NormalizeDocuments -> TokenizeDocuments      (modes with a chat template: EncodeConversations)
-        -> (Deduplicate, then SkipStoredGroups here on resume) -> (SelectMixture)
+           (with --decontaminate: Decontaminate, which checks the text and removes after TokenizeDocuments)
+        -> (Deduplicate) -> (after either, SkipStoredGroups here on resume) -> (SelectMixture)
         -> the mode's rows -> EncodeRows -> (StoreGroups) -> WriteHdf5Shards
         -> WriteDatasetParams (data_params.json)
     ReadCorpus's bad records -> WriteDeadLetters
@@ -20,13 +21,14 @@ import apache_beam as beam
 
 from pipelines.plan import JobPlan
 from transforms.core.chat.batch import RecordCheck
-from transforms.core.records import PerPart
+from transforms.core.records import JsonKey, PerPart
 from transforms.io import fs
 from transforms.io.hooks import DOCUMENT, PREFERENCE, REGIONS, ReadHookCheck
 from transforms.io.intermediate import MIXTURE_PLAN
 from transforms.core.modes import CONVERSATION, TEXT
 from transforms.stages.chat import EncodeConversations
 from transforms.stages.dead_letters import WriteDeadLetters
+from transforms.stages.decontam import DecontaminateDocuments
 from transforms.stages.dedup import DeduplicateDocuments, ReadDedupIndex
 from transforms.stages.hdf5_sink import EncodeRows, WriteHdf5Shards
 from transforms.stages.intermediate import STORED, SkipStoredGroups, StoreGroups
@@ -52,18 +54,28 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
                                      check=record_check(plan))
     )
     docs, stored = read[DOCS], None
-    if _resuming(plan) and plan.dedup is None:  # (deduplication needs every record: it skips after that stage)
+    if _resuming(plan) and not _across_records(plan):
         docs, stored = _skip_stored(plan, docs)
     dead_letters = read[DEAD_LETTERS] | "DeadLetters" >> WriteDeadLetters(plan.output_dir)
     if plan.splits is None:
-        tokens, dedup = _dedup(plan, _tokens(plan, docs), read[DEAD_LETTERS])
-        if _resuming(plan) and plan.dedup is not None:
+        if plan.chat is None:
+            docs = docs | "NormalizeDocuments" >> NormalizeDocuments(plan.normalize)
+        tokens, decontam = _encode(plan, plan, docs, read[DEAD_LETTERS])
+        tokens, dedup = _dedup(plan, tokens, read[DEAD_LETTERS])
+        if _resuming(plan) and _across_records(plan):
             tokens, stored = _skip_stored(plan, tokens)
         mixture = None
         if plan.mixture is not None:
             tokens, mixture = tokens | "SelectMixture" >> _select_mixture(plan)
-        return _write(plan, _rows(plan, tokens), stored, dead_letters, mixture, dedup)
+        return _write(plan, _rows(plan, tokens), stored, dead_letters, mixture,
+                      {"decontamination": decontam, "dedup": dedup})
     return _build_splits(plan, docs, stored, dead_letters, read[DEAD_LETTERS])
+
+
+def _across_records(plan: JobPlan) -> bool:
+    """Whether a stage decides by every record (deduplication; decontamination, whose boilerplate n-grams are
+    counted over the corpus): a resumed job then skips its stored groups after those stages."""
+    return plan.dedup is not None or plan.decontam is not None
 
 
 def _resuming(plan: JobPlan) -> bool:
@@ -79,6 +91,23 @@ def _skip_stored(plan: JobPlan, batches):
         copies = (*(plan.mixture_plan.groups_of(k) for k in plan.mixture_sources), len(plan.files))
     skipped = batches | "SkipStoredGroups" >> SkipStoredGroups(plan.storage_dir, plan.splits, copies)
     return skipped.todo, skipped[STORED]
+
+
+def _encode(plan: JobPlan, keyed: JobPlan, docs, dead_letter_parts):
+    """DocBatch (normalized, but a conversation's) -> TokenBatch (the text modes) or EncodedBatch (modes with a
+    chat template), without the records that hold evaluation text (none removed without --decontaminate);
+    returns (the batches, the decontamination's summary or None). `keyed`: the plan whose settings are each
+    output's (a split job's by_part)."""
+    if plan.chat is not None:
+        encode, label = _encode_conversations(keyed), "EncodeConversations"
+    else:
+        encode, label = _tokenize(plan), "TokenizeDocuments"
+    if plan.decontam is None:
+        return docs | label >> encode, None
+    return docs | "Decontaminate" >> DecontaminateDocuments(
+        plan.decontam, plan.decontam_files, plan.decontam_sets, plan.decontam_keys,
+        tuple(isinstance(k, JsonKey) for k in plan.keys), encode, plan.output_dir, dead_letter_parts,
+        storage_dir=fs.join(plan.storage_dir, "decontaminate") if plan.storage_dir else None)
 
 
 def _dedup(plan: JobPlan, tokens, dead_letter_parts):
@@ -128,12 +157,12 @@ def _build_splits(plan: JobPlan, docs, stored, dead_letters, dead_letter_parts):
 
     routed = docs | "RouteDocuments" >> RouteDocuments(splits, plan.normalize if plan.chat is None else None)
     parts, rest = routed.parts, routed[REST]
-    tokens, mixture = (parts | "EncodeConversations" >> _encode_conversations(keyed) if plan.chat is not None
-                       else parts | "TokenizeDocuments" >> _tokenize(plan)), None
-    # Across the outputs: a document's near copies are removed wherever the routing sent them, and the routing
-    # is a function of each document alone, so this is deduplicating before the split.
+    # Across the outputs: a document's near copies and its evaluation n-grams are found wherever the routing sent
+    # it, and the routing is a function of each document alone, so this is removing them before the split.
+    tokens, decontam = _encode(plan, keyed, parts, dead_letter_parts)
+    mixture = None
     tokens, dedup = _dedup(plan, tokens, dead_letter_parts)
-    if _resuming(plan) and plan.dedup is not None:  # each output's share is skipped when it is stored
+    if _resuming(plan) and _across_records(plan):  # each output's share is skipped when it is stored
         tokens, stored = _skip_stored(plan, tokens)
     if plan.mixture is not None:
         # After the routing: a document's copies are drawn with it, so they are all in its output.
@@ -156,7 +185,8 @@ def _build_splits(plan: JobPlan, docs, stored, dead_letters, dead_letter_parts):
         sections=tuple(o.sections for o in outputs), extras=tuple(o.extra for o in outputs), eos_id=plan.eos_id,
         pad_id=plan.pad_id, vocab_size=plan.vocab_size, features=plan.features, stats=stats,
         rest_stats=rest_stats, dead_letters=dead_letters, summary_sections=plan.sections,
-        summary_extra={**plan.extra, "features": list(plan.features)}, mixture=mixture, dedup=dedup)
+        summary_extra={**plan.extra, "features": list(plan.features)}, mixture=mixture,
+        steps={"decontamination": decontam, "dedup": dedup})
 
 
 def _tokenize(plan: JobPlan) -> TokenizeDocuments:
@@ -168,15 +198,6 @@ def _tokenize(plan: JobPlan) -> TokenizeDocuments:
 def _encode_conversations(plan: JobPlan) -> EncodeConversations:
     # Contents are normalized, rendered and tokenized together: the template decides the tokens.
     return EncodeConversations(plan.chat, plan.tokenizer_files, process_cpus=plan.process_cpus)
-
-
-def _tokens(plan: JobPlan, docs):
-    """DocBatch -> TokenBatch (the text modes) or EncodedBatch (modes with a chat template)."""
-    if plan.chat is not None:
-        return docs | "EncodeConversations" >> _encode_conversations(plan)
-    return (docs
-            | "NormalizeDocuments" >> NormalizeDocuments(plan.normalize)
-            | "TokenizeDocuments" >> _tokenize(plan))
 
 
 def _rows(plan: JobPlan, batches):
@@ -202,11 +223,12 @@ def _write_shards(plan: JobPlan, rows, stored, *, row_format, output_dir):
     return blocks, shards
 
 
-def _write(plan: JobPlan, rows, stored, dead_letters, mixture=None, dedup=None):
-    """Rows -> shards, dead letters counted, data_params.json (one dataset; `mixture`: its plan's summary)."""
+def _write(plan: JobPlan, rows, stored, dead_letters, mixture=None, steps=None):
+    """Rows -> shards, dead letters counted, data_params.json (one dataset; `mixture`: its plan's summary;
+    `steps`: the summaries of the stages that removed records)."""
     blocks, shards = _write_shards(plan, rows, stored, row_format=plan.row_format, output_dir=plan.output_dir)
     stats = blocks | "Stats" >> beam.Map(lambda b: b.stats) | "MergeStats" >> beam.CombineGlobally(MergeStats())
     return shards | "WriteDatasetParams" >> WriteDatasetParams(
         output_dir=plan.output_dir, sections=plan.sections, eos_id=plan.eos_id, pad_id=plan.pad_id,
         vocab_size=plan.vocab_size, features=plan.features, stats=stats, dead_letters=dead_letters,
-        extra=plan.extra, mixture=mixture, dedup=dedup)
+        extra=plan.extra, mixture=mixture, steps=steps)

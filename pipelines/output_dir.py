@@ -18,7 +18,7 @@ from pipelines.plan import JobPlan, UserError
 from transforms.io import fs
 from transforms.io.dead_letters import DEAD_LETTER_DIR
 from transforms.io.dedup_index import INDEX_FILE, PARTS_DIR
-from transforms.io.dedup_listing import DEDUP_DIR
+from transforms.io.listing import DEDUP_DIR, FILTERED_DIR
 from transforms.io.manifest import PARAMS_FILE
 
 __all__ = ["check_output_dir", "claim_output_dir", "read_params", "HOOK_FILE", "JOB_FILE"]
@@ -70,12 +70,12 @@ def _check_index_dir(config: Config, directory: str) -> None:
 
 
 def _remove_dataset(directory: str, names: list[str]) -> None:
-    """What a run writes into a dataset directory: shards, data_params.json, dead letters, the dedup listing,
-    scratch space."""
+    """What a run writes into a dataset directory: shards, data_params.json, dead letters, the listings of the
+    records removed on purpose (dedup/, filtered/), scratch space."""
     for name in names:
         if name.endswith(".h5") or name in (PARAMS_FILE,):
             fs.remove_file(fs.join(directory, name))
-        elif name in (DEAD_LETTER_DIR, DEDUP_DIR, fs.TMP_DIR):
+        elif name in (DEAD_LETTER_DIR, DEDUP_DIR, FILTERED_DIR, fs.TMP_DIR):
             fs.remove_tree(fs.join(directory, name))
 
 

@@ -20,6 +20,7 @@ from transforms.core.chat.batch import ChatConfig
 from transforms.core.features import KEY_PADDING_FEATURES
 from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core.modes import CONVERSATION, PAIR, TEXT, Mode, mode
+from transforms.core.decontam import DecontamConfig
 from transforms.core.dedup import DedupConfig, index_problems, index_settings
 from transforms.core.mixture import MixturePlan, MixtureSpec
 from transforms.core.normalize import NormalizeConfig
@@ -33,6 +34,7 @@ from transforms.core.vsl import VslConfig
 from transforms.io import fs
 from transforms.io.compressors import Codec
 from transforms.io.dedup_index import index_parts, read_index_meta
+from transforms.io.eval_sets import EvalSetError, eval_files
 from transforms.io.discover import discover_input_files, discover_source
 from transforms.io.hdf5_format import GZIP_LEVEL
 from transforms.io.hdf5_sink import RowFormat
@@ -113,6 +115,10 @@ class JobPlan:
     dedup_index_meta: Optional[dict] = None  # its index.json: what they depend on
     dedup_against: Optional[str] = None  # an earlier job's index, compared with
     dedup_against_parts: tuple = ()  # its part files
+    decontam: Optional[DecontamConfig] = None  # evaluation text removed (transforms.core.decontam); None: kept
+    decontam_sets: tuple = ()  # the evaluation sets, as given
+    decontam_files: tuple = ()  # their files
+    decontam_keys: Optional[tuple] = None  # the fields of theirs that hold text; None: every string
 
     @property
     def features(self) -> tuple:
@@ -309,8 +315,24 @@ def plan_job(config: Config, runner: RunnerPlan = RunnerPlan(), changes: Optiona
         process_cpus=runner.process_cpus,
         mixture_plan=runner.mixture_plan,
         **_dedup_plan(config, tokenizer.fingerprint()),
+        **_decontam_plan(config),
     )
     return dataclasses.replace(plan, **changes) if changes else plan
+
+
+def _decontam_plan(config: Config) -> dict:
+    """The plan's decontamination fields: the settings and the evaluation files (found now: a set that names
+    no file fails before the job starts)."""
+    if not config.decontaminate:
+        return {}
+    try:
+        files = eval_files(config.decontaminate)
+    except EvalSetError as e:
+        raise UserError(f"decontaminate: {e}") from None
+    return {"decontam": DecontamConfig(ngram=config.decontaminate_ngram, min_ngram=config.decontaminate_min_ngram,
+                                       action=config.decontaminate_action, max_docs=config.decontaminate_max_docs),
+            "decontam_sets": tuple(config.decontaminate), "decontam_files": tuple(files),
+            "decontam_keys": tuple(config.decontaminate_keys) if config.decontaminate_keys else None}
 
 
 def _dedup_plan(config: Config, tokenizer: str) -> dict:

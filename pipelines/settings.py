@@ -152,6 +152,24 @@ class Settings:
         "with dedup: also remove the records that duplicate one an earlier job kept, from its dedup_index "
         "directory (written with the same tokenizer and dedup settings); the earlier records are always the ones "
         "kept, and are not written again")
+    decontaminate: Optional[tuple] = _s("processing", "list", None,
+        "evaluation sets to remove from the training records (comma-separated files, directories, globs or "
+        "metadata files, in any format the job reads, local or remote): a record holding one of their n-grams "
+        "(decontaminate_ngram units: words after case folding and without punctuation, a character each in "
+        "scripts without spaces) found in at most decontaminate_max_docs training records is removed before "
+        "dedup, splits and a mixture's draw, and listed in output_dir/filtered/decontaminate/ with the "
+        "evaluation item")
+    decontaminate_keys: Optional[tuple] = _s("processing", "list", None,
+        "the evaluation records' fields that hold text (comma-separated; a dotted path reaches into a nested "
+        "field); unset: every string, at any depth")
+    decontaminate_ngram: int = _s("processing", "int", 13,
+        "units per n-gram (GPT-3's 13); an evaluation text shorter than that but of at least "
+        "decontaminate_min_ngram units is one n-gram of all of them, a shorter one is not used (counted)")
+    decontaminate_min_ngram: int = _s("processing", "int", 8, "the shortest evaluation text used (units)")
+    decontaminate_max_docs: int = _s("processing", "int", 10,
+        "an n-gram found in more training records than this is boilerplate, not evidence (GPT-3's rule; counted)")
+    decontaminate_action: Optional[str] = _s("processing", "str", "drop",
+        "what happens to a contaminated record: drop (removed whole, counted and listed)")
     shuffle: bool = _s("processing", "bool", False, "globally shuffle the output sequences")
     shuffle_seed: int = _s("processing", "int", 0, "seed of the global shuffle")
     shuffle_strategy: Optional[str] = _s("processing", "str", "auto",

@@ -3,6 +3,7 @@ many records were bad (--max_bad_record_fraction: the command then exits with 3)
 
 from typing import Optional
 
+from transforms.core.decontam import LISTING_DIR
 from transforms.io import fs
 from transforms.io.dead_letters import DEAD_LETTER_DIR
 
@@ -26,6 +27,11 @@ def summary_line(params: dict, output_dir: str, seconds: float) -> str:
         tail += " Mixture: " + ", ".join(
             f"{name} {s['realized_share']:.2%} of the tokens (target {s['target_share']:.2%})"
             for name, s in params["mixture"]["sources"].items()) + "."
+    if "decontamination" in params:
+        d = params["decontamination"]
+        tail += (f" Decontamination: {d['documents_removed']} records removed ({d['tokens_removed']} tokens), "
+                 f"{d['ngrams_matched']} evaluation n-grams found, {d['ngrams_boilerplate']} left out as "
+                 f"boilerplate; see {fs.join(output_dir, LISTING_DIR)}.")
     if "outputs" in params:  # a split job: one dataset per output
         each = "; ".join(f"{o['path']}: {o['sequences']} sequences, {o['documents']} documents "
                          f"({o['fraction_obtained']:.2%} of {o['fraction_asked']:.2%} asked)"

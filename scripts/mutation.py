@@ -88,7 +88,7 @@ MODULES = {
     # helpers are spoken for by plain calls; the Beam composites (ReadDedupIndex, DeduplicateDocuments: "no tests"
     # in dedup_stage) only by the job tests, in dedup_stage_jobs: hours (a surviving mutant of expand runs every
     # job of tests/test_dedup_job.py, ~100 s).
-    "dedup_io": (("transforms/io/dedup_index.py", "transforms/io/dedup_listing.py"), ["tests/test_dedup_io.py"]),
+    "dedup_io": (("transforms/io/dedup_index.py", "transforms/io/listing.py"), ["tests/test_dedup_io.py"]),
     "dedup_stage": ("transforms/stages/dedup.py", ["tests/test_dedup_steps.py"]),
     "dedup_stage_jobs": ("transforms/stages/dedup.py", ["tests/test_dedup_steps.py", "tests/test_dedup_job.py"]),
     # Decontamination (issue #47): its pure core, and the evaluation sets' reader.

@@ -198,5 +198,7 @@ def test_a_config_refuses_what_cannot_be_run():
         DecontamConfig(margin=-1)
     with pytest.raises(ValueError, match="min_ngram 0 must be between 1 and ngram 13"):
         DecontamConfig(min_ngram=0)
-    zero = DecontamConfig(max_docs=0, margin=0, min_piece=0, max_splits=0)  # each may be 0
-    assert (zero.max_docs, zero.margin, zero.min_piece, zero.max_splits) == (0, 0, 0, 0)
+    zero = DecontamConfig(max_docs=1, margin=0, min_piece=0, max_splits=0)  # each may be 0
+    assert (zero.max_docs, zero.margin, zero.min_piece, zero.max_splits) == (1, 0, 0, 0)
+    with pytest.raises(ValueError, match="max_docs must be >= 1, got 0"):  # (0: no n-gram would be evidence)
+        DecontamConfig(max_docs=0)

@@ -1,4 +1,4 @@
-"""Deduplication's files (transforms/io/dedup_index.py, transforms/io/dedup_listing.py): an index part's arrays and
+"""Deduplication's files (transforms/io/dedup_index.py, transforms/io/listing.py): an index part's arrays and
 name as a later job reads them, index.json's text, the parts found in a directory, and OUT/dedup/'s listing files
 and their counts, with exact values."""
 
@@ -15,7 +15,7 @@ from transforms.core.dedup import EARLIER, THIS_JOB, earlier_node
 from transforms.io.dead_letters import dead_letter_file_name
 from transforms.io.dedup_index import (INDEX_FILE, PARTS_DIR, index_parts, read_index_meta, read_index_part,
                                        write_index_meta, write_index_part)
-from transforms.io.dedup_listing import DEDUP_DIR, listing_counts, write_listing
+from transforms.io.listing import DEDUP_DIR, listing_counts, write_listing
 
 
 def _part_name(relpath: str, group: int) -> str:

@@ -20,9 +20,9 @@ import numpy as np
 from pipelines.tools.common import UsageError, add_tokenizer_flags, basename, load_params, require_dir, \
     tokenizer_flags
 from transforms.core import verify as V
-from transforms.core.dedup import check_dedup
+from transforms.core.decontam import LISTING_DIR as DECONTAM_DIR
 from transforms.core.mixture import check_mixture
-from transforms.io.dedup_listing import listing_counts
+from transforms.io.listing import DEDUP_DIR, listing_counts
 from transforms.core.modes import mode_of_processor
 from transforms.core.stats import check_accounting
 from transforms.io import fs
@@ -155,7 +155,7 @@ def verify_dataset(out_dir: str, *, vocab_size: Optional[int] = None, max_seq_le
     if params is not None:
         problems, stat_notes = V.check_stats(params, counts, spec, file_rows=file_rows,
                                              detokenized=detok if want_detok else None, detokenized_note=detok_note,
-                                             dedup_listing=listing_counts(out_dir) if "dedup" in params else None)
+                                             listings=_listings(out_dir, params))
         res.problems += [f"{PARAMS_FILE}: {p}" for p in problems]
         res.notes += stat_notes
         problems, cfg_notes = V.check_config(params, spec, file_msls=msls, vocab_flag=vocab_size,
@@ -221,8 +221,8 @@ def _verify_split_job(out_dir: str, summary: dict, **flags) -> VerifyResult:
         if None not in per_output and sum(per_output) != summary["mixture"].get("tokens_taken"):
             res.problems.append(f"{PARAMS_FILE}: the outputs took {sum(per_output)} tokens of the mixture, its "
                                 f"section says {summary['mixture'].get('tokens_taken')}")
-    if inp and isinstance(summary.get("dedup"), dict):  # deduplication is the job's, across its outputs
-        res.problems += [f"{PARAMS_FILE}: {p}" for p in check_dedup(summary["dedup"], inp, listing_counts(out_dir))]
+    if inp:  # deduplication and decontamination are the job's, across its outputs
+        res.problems += [f"{PARAMS_FILE}: {p}" for p in V.check_steps(summary, inp, _listings(out_dir, summary))]
     if inp and documents != inp["good"]:
         res.problems.append(f"{PARAMS_FILE}: the outputs hold {documents} documents, the job read {inp['good']} "
                             "good ones")
@@ -244,6 +244,16 @@ def run(args: argparse.Namespace) -> int:
                             **tokenizer_flags(args))
     print("\n".join(result.lines()))
     return 0 if result.ok else 1
+
+
+# Where each removing stage lists its records, and the field it counts them by.
+_LISTINGS = {"dedup": (DEDUP_DIR, "kind"), "decontamination": (DECONTAM_DIR, "reason")}
+
+
+def _listings(out_dir: str, params: dict) -> dict:
+    """The records each removing stage of `params` lists, per kind or reason (None: no listing)."""
+    return {name: listing_counts(out_dir, directory, field) for name, (directory, field) in _LISTINGS.items()
+            if name in params}
 
 
 def _templated(name) -> bool:

@@ -29,9 +29,12 @@ import numpy as np
 
 # The rolling hash's parts are dedup's (issue #46): SplitMix64's finalizer and a polynomial base with its powers.
 from transforms.core.dedup import _mix64_in_place, _powers
+from transforms.core.reasons import CONTAMINATED
 
-__all__ = ["DecontamConfig", "units", "unit_spans", "ngram_hashes", "item_ngrams", "EvalIndex", "build_index",
-           "find_matches", "cut", "DROP", "CUT", "ACTIONS"]
+__all__ = ["DecontamConfig", "units", "unit_spans", "ngram_hashes", "item_ngrams", "EvalIndex", "ItemCatalog",
+           "catalog_of", "build_index", "merge_indexes", "find_matches", "cut", "record_texts", "record_evidence",
+           "capped", "verdict", "listing_record", "decontam_section", "check_decontam", "DROP", "CUT", "ACTIONS",
+           "CONTAMINATED", "COUNTER_PREFIX", "LISTING_DIR", "STEP"]
 
 DROP, CUT = "drop", "cut"
 ACTIONS = (DROP, CUT)
@@ -57,7 +60,9 @@ class DecontamConfig:
             raise ValueError(f"decontamination: min_ngram {self.min_ngram} must be between 1 and ngram {self.ngram}")
         if self.action not in ACTIONS:
             raise ValueError(f"decontamination: action {self.action!r}: expected one of {', '.join(ACTIONS)}")
-        for name in ("max_docs", "margin", "min_piece", "max_splits"):
+        if self.max_docs < 1:
+            raise ValueError(f"decontamination: max_docs must be >= 1, got {self.max_docs}")
+        for name in ("margin", "min_piece", "max_splits"):
             if getattr(self, name) < 0:
                 raise ValueError(f"decontamination: {name} must be >= 0, got {getattr(self, name)}")
 
@@ -225,6 +230,7 @@ class EvalIndex:
     owners: dict = dataclasses.field(default_factory=dict)
     items: int = 0
     short: int = 0
+    catalog: Optional["ItemCatalog"] = None  # where each item is (None: not known; the tests' indexes)
 
     @property
     def lengths(self) -> tuple[int, ...]:
@@ -275,18 +281,34 @@ class EvalIndex:
         return maybe, at
 
 
-def build_index(items: Iterable[str], config: DecontamConfig) -> EvalIndex:
-    """The index of an evaluation set's texts (each item's text fields, one at a time), each n-gram owned by the
-    first item (in the order given) that holds it."""
-    found: dict = {}
-    count = short = 0
-    for ordinal, text in enumerate(items):
-        count += 1
-        length, hashes = item_ngrams(text, config)
-        if not length:
-            short += 1
-            continue
-        found.setdefault(length, []).append((hashes, np.full(len(hashes), ordinal, dtype=np.int64)))
+@dataclasses.dataclass(frozen=True)
+class ItemCatalog:
+    """Where each evaluation item is, by its ordinal: its file, line and field (what the listing names). Kept as
+    arrays, not an object per item: a large evaluation suite has a million strings."""
+
+    sources: tuple  # the files, in the order their items are numbered
+    starts: np.ndarray  # int64: each file's first ordinal
+    lines: np.ndarray  # int64 per item
+    fields: np.ndarray  # int32 per item, into `names`
+    names: tuple  # the distinct field names
+
+    def describe(self, ordinal: int) -> dict:
+        """{"file", "line", "field"} of the item `ordinal`."""
+        f = int(np.searchsorted(self.starts, ordinal, side="right")) - 1
+        return {"file": self.sources[f], "line": int(self.lines[ordinal]),
+                "field": self.names[int(self.fields[ordinal])]}
+
+
+def catalog_of(source: str, lines: Sequence[int], fields: Sequence[str]) -> ItemCatalog:
+    """The catalog of one file's items (their lines and fields, in order)."""
+    names = tuple(dict.fromkeys(fields))
+    at = {name: i for i, name in enumerate(names)}
+    return ItemCatalog((source,), np.zeros(1, dtype=np.int64), np.asarray(lines, dtype=np.int64).reshape(-1),
+                       np.fromiter((at[f] for f in fields), dtype=np.int32, count=len(fields)), names)
+
+
+def _tables(found: dict) -> tuple[dict, dict]:
+    """Per length, (hashes, owners) pieces -> the sorted distinct hashes, each with its smallest owner."""
     tables, owners = {}, {}
     for length, parts in found.items():
         hashes = np.concatenate([h for h, _ in parts])
@@ -296,7 +318,51 @@ def build_index(items: Iterable[str], config: DecontamConfig) -> EvalIndex:
         first = np.ones(len(hashes), dtype=bool)
         first[1:] = hashes[1:] != hashes[:-1]
         tables[length], owners[length] = hashes[first], ordinals[first]
-    return EvalIndex(tables, owners, count, short)
+    return tables, owners
+
+
+def build_index(items: Iterable[str], config: DecontamConfig, catalog: Optional[ItemCatalog] = None) -> EvalIndex:
+    """The index of an evaluation set's texts (each item's text fields, one at a time), each n-gram owned by the
+    first item (in the order given) that holds it; `catalog` says where each item is."""
+    found: dict = {}
+    count = short = 0
+    for ordinal, text in enumerate(items):
+        count += 1
+        length, hashes = item_ngrams(text, config)
+        if not length:
+            short += 1
+            continue
+        found.setdefault(length, []).append((hashes, np.full(len(hashes), ordinal, dtype=np.int64)))
+    tables, owners = _tables(found)
+    return EvalIndex(tables, owners, count, short, catalog)
+
+
+def merge_indexes(parts: Sequence[EvalIndex]) -> EvalIndex:
+    """One index of several (each a file's, its items numbered from 0), in the order given: a part's items are
+    numbered after the earlier parts', and an n-gram several hold is owned by the first part's item. Every part
+    has a catalog, or none has."""
+    found: dict = {}
+    offset = 0
+    starts, sources, lines, fields, names = [], [], [], [], {}
+    for part in parts:
+        for length, hashes in part.hashes.items():
+            found.setdefault(length, []).append((hashes, part.owners[length] + offset))
+        if part.catalog is not None:
+            cat = part.catalog
+            starts.append(cat.starts + offset)
+            sources.extend(cat.sources)
+            lines.append(cat.lines)
+            renumber = np.array([names.setdefault(n, len(names)) for n in cat.names], dtype=np.int32)
+            fields.append(renumber[cat.fields] if len(cat.fields) else cat.fields)
+        offset += part.items
+    tables, owners = _tables(found)
+    catalog = None
+    if sources:
+        if any(p.catalog is None for p in parts):
+            raise ValueError("merge_indexes: some parts have a catalog and others none")
+        catalog = ItemCatalog(tuple(sources), np.concatenate(starts), np.concatenate(lines),
+                              np.concatenate(fields).astype(np.int32), tuple(names))
+    return EvalIndex(tables, owners, offset, sum(p.short for p in parts), catalog)
 
 
 def find_matches(texts: Sequence[str], index: EvalIndex) -> list[list[tuple[int, int, int, int]]]:
@@ -339,3 +405,129 @@ def cut(text: str, matches: Sequence[tuple[int, int]], config: DecontamConfig) -
     pieces.append(text[at:])
     kept = [p for p in pieces if len(p) >= config.min_piece]
     return kept or None
+
+
+# --- The job's side: a record's texts, its evidence, the verdict, what data_params.json and verify say. ---
+
+COUNTER_PREFIX = "decontam."  # Stats counters: decontam.documents.contaminated, decontam.tokens..., per source
+LISTING_DIR = "filtered/decontaminate"  # OUT/<this>/<file>.jsonl: a line per record removed
+STEP = "decontaminate"
+
+
+def _strings(value) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def record_texts(values: Sequence[str], json_values: Sequence[bool]) -> list[str]:
+    """The texts of a record that are checked, each on its own (no n-gram runs from one into the next): a value
+    as it is, or, for a value the job reads as JSON (a conversation's messages, a preference pair's sides), every
+    string inside it in order (a message's content is one; its role, a word, cannot make an n-gram). A value
+    that is not valid JSON is checked as text: the encoder will reject it, and until then it is text."""
+    import orjson  # (only a record read as JSON needs it)
+
+    out: list[str] = []
+    for value, as_json in zip(values, json_values):
+        if not as_json:
+            out.append(value)
+            continue
+        try:
+            out.extend(_strings(orjson.loads(value)))
+        except orjson.JSONDecodeError:
+            out.append(value)
+    return out
+
+
+def record_evidence(texts_per_record: Sequence[Sequence[str]], index: EvalIndex) -> list[list[tuple[int, int, int]]]:
+    """Per record (its texts), each evaluation n-gram it holds once: (hash as a signed 64-bit int: every coder
+    keys it exactly, owner, where it is first found: (text << 32) | first unit), in order of where. Every
+    record's texts are hashed as one batch."""
+    texts = [t for ts in texts_per_record for t in ts]
+    record_of = np.repeat(np.arange(len(texts_per_record)), [len(ts) for ts in texts_per_record])
+    starts = np.concatenate(([0], np.cumsum([len(ts) for ts in texts_per_record])))
+    out: list[list[tuple[int, int, int]]] = [[] for _ in texts_per_record]
+    seen: list[set] = [set() for _ in texts_per_record]
+    for t, matches in enumerate(find_matches(texts, index)):
+        r = int(record_of[t])
+        for first, _length, h, owner in matches:
+            if h not in seen[r]:
+                seen[r].add(h)
+                out[r].append((h - (1 << 64) if h >= 1 << 63 else h, owner, (t - int(starts[r])) << 32 | first))
+    for evidence in out:
+        evidence.sort(key=lambda e: e[2])
+    return out
+
+
+def capped(count: int, members: list, cap: int) -> tuple[int, list]:
+    """An n-gram's training documents, counted, and listed while there are at most `cap` of them: past that it is
+    boilerplate, and the list (no longer needed) is dropped, so that no worker holds one n-gram's millions."""
+    return (count, members) if count <= cap else (count, [])
+
+
+def verdict(evidence: Sequence[tuple[int, int, int]]) -> tuple[int, int, int]:
+    """A contaminated record's (the item of its first match, the distinct n-grams matched, the distinct items)
+    from its evidence (hash, owner, where), boilerplate left out."""
+    first = min(evidence, key=lambda e: e[2])
+    return first[1], len({h for h, _, _ in evidence}), len({o for _, o, _ in evidence})
+
+
+def listing_record(node: tuple, line: int, item: dict, ngrams: int, items: int) -> dict:
+    """One line of OUT/filtered/decontaminate/: the record removed, why, and the evaluation item of its first
+    match (file, line, field), with how many distinct evaluation n-grams and items it holds."""
+    out = {"file": node[1], "line": line, "step": STEP, "reason": CONTAMINATED, "item": item, "ngrams": ngrams,
+           "items": items}
+    if node[3]:
+        out["member"] = node[3]
+    return out
+
+
+def decontam_section(summary: dict, stats) -> dict:
+    """data_params.json's `decontamination`: the settings and the evaluation set (from the stage's `summary`),
+    the records and tokens removed (in total and per source, from the batches' counters), the listing's count,
+    the n-grams found and those left out as boilerplate; raises when the listing and the removed records
+    disagree."""
+
+    def block(c) -> dict:
+        return {"documents_removed": int(c.get(f"{COUNTER_PREFIX}documents.{CONTAMINATED}", 0)),
+                "tokens_removed": int(c.get(f"{COUNTER_PREFIX}tokens.{CONTAMINATED}", 0))}
+
+    out = {**summary["settings"], "evaluation": summary["evaluation"], **block(stats.totals)}
+    if out["documents_removed"] != summary["listed"]:
+        raise RuntimeError(f"decontamination: {out['documents_removed']} records removed, {summary['listed']} "
+                           "listed")
+    out["listed"] = summary["listed"]
+    out["ngrams_matched"] = summary["matched"]
+    out["ngrams_boilerplate"] = summary["boilerplate"]
+    out["per_source"] = {src: block(c) for src, c in sorted(stats.sources.items())
+                         if any(k.startswith(COUNTER_PREFIX) for k in c)}
+    return out
+
+
+def check_decontam(section, inp, listing) -> list[str]:
+    """`verify`'s problems with a `decontamination` section: its removed records against the input's dropped
+    ones (in total and per source), its `listed` count, and the records OUT/filtered/decontaminate/ lists per
+    reason (`listing`, None when the directory is absent)."""
+    problems = []
+    removed = section.get("documents_removed", 0)
+    dropped = inp.get("dropped_by_reason", {}).get(CONTAMINATED, 0)
+    if removed != dropped:
+        problems.append(f"decontamination.documents_removed is {removed}, input.dropped_by_reason.{CONTAMINATED} "
+                        f"is {dropped}")
+    by_source = sum(s.get("documents_removed", 0) for s in section.get("per_source", {}).values())
+    if by_source != removed:
+        problems.append(f"decontamination.per_source removes {by_source} records, the total is {removed}")
+    if section.get("listed") != removed:
+        problems.append(f"decontamination.listed is {section.get('listed')}, {removed} records were removed")
+    if listing is None:
+        if removed:
+            problems.append(f"decontamination: the removed records are not listed (no {LISTING_DIR}/ directory)")
+    elif sum(listing.values()) != removed or listing.get(CONTAMINATED, 0) != removed:
+        problems.append(f"{LISTING_DIR}/ lists {sum(listing.values())} records ({listing.get(CONTAMINATED, 0)} "
+                        f"{CONTAMINATED}), decontamination.documents_removed is {removed}")
+    return problems

@@ -22,7 +22,7 @@ __all__ = ["Reason", "REASONS", "BAD", "DROPPED", "BOTH", "describe", "known",
            "JSON_DECODE", "BLANK_LINE", "MISSING_KEY", "NOT_A_STRING", "NULL_TEXT", "INVALID_UTF8",
            "TRUNCATED_STREAM", "UNREADABLE_FILE", "TOO_LONG", "TOO_DEEP", "SHORTER_THAN_MIN_SEQUENCE_LEN",
            "NO_TOKEN_TO_PREDICT", "REMAINDER_NOT_WRITTEN", "CUT_BY_SHORT_SEQ_PROB", "LONGER_THAN_MAX_SEQ_LENGTH",
-           "NOT_IN_MIXTURE", "DUPLICATE_EXACT", "DUPLICATE_NEAR"]
+           "NOT_IN_MIXTURE", "DUPLICATE_EXACT", "DUPLICATE_NEAR", "CONTAMINATED"]
 
 BAD, DROPPED, BOTH = "bad", "dropped", "bad or dropped"
 
@@ -55,6 +55,7 @@ LONGER_THAN_MAX_SEQ_LENGTH = "longer_than_max_seq_length"
 NOT_IN_MIXTURE = "not_in_mixture"
 DUPLICATE_EXACT = "duplicate_exact"
 DUPLICATE_NEAR = "duplicate_near"
+CONTAMINATED = "contaminated"
 
 REASONS: tuple[Reason, ...] = (
     # Reading.
@@ -81,6 +82,9 @@ REASONS: tuple[Reason, ...] = (
     Reason(DUPLICATE_EXACT, DROPPED, "the same token ids as a record kept (dedup); listed in OUT/dedup/ with it"),
     Reason(DUPLICATE_NEAR, DROPPED, "a near duplicate of a record kept (dedup near: estimated Jaccard of their "
            "shingles at least dedup_threshold); listed in OUT/dedup/ with it"),
+    Reason(CONTAMINATED, DROPPED, "holds an n-gram of an evaluation set (decontaminate: decontaminate_ngram units "
+           "after case folding and without punctuation, one found in at most decontaminate_max_docs training "
+           "records); listed in OUT/filtered/decontaminate/ with the evaluation item"),
     # Conversations and preference pairs (the chat template's rendering and its loss mask).
     Reason("no_messages", BOTH, "the conversation holds no message"),
     Reason("not_a_conversation", BOTH, "the conversation is not a list of messages"),

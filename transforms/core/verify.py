@@ -67,6 +67,7 @@ import numpy as np
 
 from transforms.core.features import (ATTENTION_MASK, ATTENTION_SPAN, DPO_FEATURES, INPUT_IDS, KEY_PADDING_FEATURES,
                                       KEY_PADDING_MASK, LABELS, LM_FEATURES, POSITION_IDS, VSL_FEATURES)
+from transforms.core.decontam import check_decontam
 from transforms.core.dedup import check_dedup
 from transforms.core.mixture import check_mixture
 from transforms.core.modes import CONVERSATION, RESPONSE, RUN, TEXT, TURNS, Mode, mode_of_processor
@@ -884,20 +885,34 @@ def _same(claimed: Any, recount: Any) -> bool:
     return claimed == recount
 
 
+# What each stage that removes records removed, against the input's accounting and its listing.
+STEP_CHECKS = {"dedup": check_dedup, "decontamination": check_decontam}
+
+
+def check_steps(params: Mapping, inp: Mapping, listings: Mapping[str, Optional[Mapping[str, int]]]) -> list[str]:
+    """The problems of every removing stage's section `params` holds (STEP_CHECKS), each against `inp` and its
+    listing's counts (`listings`, by section name; None or absent: no listing)."""
+    problems = []
+    for name, check in STEP_CHECKS.items():
+        if isinstance(params.get(name), Mapping):
+            problems += check(params[name], inp, listings.get(name))
+    return problems
+
+
 def _mismatch(where: str, key: str, claimed: Any, recount: Any) -> str:
     return f"{where}.{key} is {claimed}, the files recount to {recount}"
 
 
 def check_stats(params: Mapping, counts: Mapping[str, int], spec: DatasetSpec, *,
                 file_rows: Mapping[str, int], detokenized: Optional[Mapping[str, int]] = None,
-                detokenized_note: str = "", dedup_listing: Optional[Mapping[str, int]] = None
+                detokenized_note: str = "", listings: Optional[Mapping[str, Optional[Mapping[str, int]]]] = None
                 ) -> tuple[list[str], list[str]]:
     """(problems, notes): data_params.json's statistics against a recount of the files.
 
     `file_rows`: rows per .h5 file name, as found on disk. `detokenized`:
     detokenized_chars/bytes recounted with the dataset's tokenizer, or None
-    (then those two are skipped, with `detokenized_note` as the reason). `dedup_listing`: the records
-    OUT/dedup/ lists, per kind (None: no such directory).
+    (then those two are skipped, with `detokenized_note` as the reason). `listings`: per section of a stage
+    that removed records (STEP_CHECKS), the records its listing holds, per kind or reason (None: no listing).
     """
     problems: list[str] = []
     notes: list[str] = []
@@ -978,8 +993,7 @@ def check_stats(params: Mapping, counts: Mapping[str, int], spec: DatasetSpec, *
             if isinstance(params.get("mixture"), Mapping):  # a mixture's accounting against the input's
                 problems += check_mixture(params["mixture"], inp,
                                           encoded=spec.traits is not None and spec.traits.templated)
-            if isinstance(params.get("dedup"), Mapping):  # what deduplication removed, against the input and its list
-                problems += check_dedup(params["dedup"], inp, dedup_listing)
+            problems += check_steps(params, inp, listings or {})
             # A mixture's repeats are used (or dropped) like documents, but are not documents of the input.
             repeats = inp.get("repeats", 0)
             for post_key, in_key, want in (("processed_files", "good", inp["good"]),

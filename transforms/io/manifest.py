@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Optional
 
 from transforms.core.features import LM_FEATURES, VSL_FEATURES
+from transforms.core.decontam import decontam_section
 from transforms.core.dedup import dedup_section
 from transforms.core.mixture import mixture_section, output_tokens_taken
 from transforms.core.stats import (ENCODER_CHECK, H5_ROWS, ROLE_TOKENS, ROLE_TRAINED, ROWS_DROPPED, Stats,
@@ -21,7 +22,7 @@ from transforms.core.tokenizer.fast import CHECK_FIELDS
 from transforms.core.timing import TIME_PREFIX
 from transforms.io import fs
 
-STAGES = ("read", "normalize", "tokenize", "pack", "fim", "encode", "shuffle", "write")
+STAGES = ("read", "normalize", "decontaminate", "tokenize", "pack", "fim", "encode", "shuffle", "write")
 
 __all__ = ["PARAMS_FILE", "EMPTY_NOTE", "STAGES", "build_params", "finalize", "build_summary", "finalize_split"]
 
@@ -81,14 +82,25 @@ def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad
     return params
 
 
+# The sections of the stages that remove records: each built from the stage's summary (a singleton list) and
+# what the batches counted removed.
+STEP_SECTIONS = {"dedup": dedup_section, "decontamination": decontam_section}
+
+
+def _step_sections(params: dict, steps: dict, stats: Stats) -> None:
+    for name, summary in steps.items():
+        if summary:
+            params[name] = STEP_SECTIONS[name](summary[0], stats)
+
+
 def finalize(shards: list, stats: Stats, dead_letters: int, output_dir: str, sections: dict, ids: dict,
-             extra: dict, features: tuple, mixture: Optional[list] = None, dedup: Optional[list] = None) -> dict:
-    """Write an output's data_params.json (`build_params`), then remove its OUT/.tmp; the params written."""
+             extra: dict, features: tuple, mixture: Optional[list] = None, **steps) -> dict:
+    """Write an output's data_params.json (`build_params`), then remove its OUT/.tmp; the params written.
+    `steps`: the summaries of the stages that removed records, by section name (STEP_SECTIONS)."""
     params = build_params(shards, stats, sections, extra=extra, dead_letters=dead_letters, features=features, **ids)
     if mixture:  # the plan's summary (a singleton list), with what the job took of each source
         params["mixture"] = mixture_section(mixture[0], stats)
-    if dedup:  # the stage's summary (a singleton list), with what the batches counted removed
-        params["dedup"] = dedup_section(dedup[0], stats)
+    _step_sections(params, steps, stats)
     fs.makedirs(output_dir)  # an output that received no document has no directory yet
     fs.write_text_atomic(fs.join(output_dir, PARAMS_FILE), json.dumps(params, indent=4, sort_keys=True) + "\n")
     fs.remove_tree(fs.join(output_dir, fs.TMP_DIR))
@@ -147,8 +159,7 @@ def build_summary(outputs: tuple, params: list, stats: list, rest: Stats, sectio
 
 def finalize_split(shards: list, stats_by_part: list, rest: Stats, dead_letters: int, output_dir: str,
                    outputs: tuple, output_dirs: tuple, sections: tuple, extras: tuple, ids: dict, features: tuple,
-                   summary_sections: dict, summary_extra: dict, mixture: Optional[list] = None,
-                   dedup: Optional[list] = None) -> dict:
+                   summary_sections: dict, summary_extra: dict, mixture: Optional[list] = None, **steps) -> dict:
     """Write every output's data_params.json, then the job's OUT/data_params.json (`build_summary`); the summary."""
     stats = dict(stats_by_part)
     params, part_stats = [], []
@@ -162,8 +173,8 @@ def finalize_split(shards: list, stats_by_part: list, rest: Stats, dead_letters:
         summary["mixture"] = mixture_section(mixture[0], merge([rest, *part_stats]))
         for row, part in zip(summary["outputs"], part_stats):  # what each output took of it (verify adds them up)
             row["tokens_taken"] = output_tokens_taken(part)
-    if dedup:  # the job's too: duplicates are found across the outputs
-        summary["dedup"] = dedup_section(dedup[0], merge([rest, *part_stats]))
+    # The job's too: duplicates and evaluation text are found across the outputs.
+    _step_sections(summary, steps, merge([rest, *part_stats]))
     fs.write_text_atomic(fs.join(output_dir, PARAMS_FILE), json.dumps(summary, indent=4, sort_keys=True) + "\n")
     fs.remove_tree(fs.join(output_dir, fs.TMP_DIR))
     return summary

@@ -9,7 +9,8 @@
         ─CoGroupByKey node (the candidates' signatures), GroupByKey kept─► a removed family head's similarity to
             the record kept
         ─CoGroupByKey family head─► every removed record: (node, kind, kept, similarity)
-    batches ─CoGroupByKey batch─► the batch without its removed records, each counted dropped with its reason
+    batches ─CoGroupByKey batch (transforms.stages.removal)─► the batch without its removed records, each counted
+        dropped with its reason
     removed records ─CoGroupByKey file (its units' line counts), twice─► OUT/dedup/<file>.jsonl (lines as the
         dead letters number them) and the summary for data_params.json
 
@@ -21,7 +22,6 @@ logic is transforms/core/dedup.py's.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Optional, Tuple
 
 import apache_beam as beam
@@ -29,14 +29,14 @@ import numpy as np
 from apache_beam import pvalue
 
 from transforms.core.dedup import (COUNTER_PREFIX, DROP_REASONS, EARLIER, EXACT, NEAR, ROUNDS, THIS_JOB,
-                                   VALUE_DTYPE, DedupConfig, band_keys, batch_key_of, bucket_edges, fingerprint,
+                                   VALUE_DTYPE, DedupConfig, band_keys, bucket_edges, fingerprint,
                                    large_star, line_numbering, listing_record, node_of, settled, sketch_keys,
                                    similarity, size_bucket, small_star, token_chars, verification_values)
 from transforms.core.detok import token_pieces
 from transforms.core.tokenizer import shared_tokenizer
 from transforms.io.dedup_index import read_index_part, write_index_meta, write_index_part
-from transforms.io.dedup_listing import write_listing
-from transforms.io.spill import load_tokens, spill_tokens
+from transforms.io.listing import DEDUP_DIR
+from transforms.stages.removal import RemoveRecords, WriteListing, unit_lines
 from transforms.stages import coders  # noqa: F401  (registers the batches' coder)
 
 __all__ = ["DeduplicateDocuments", "ReadDedupIndex"]
@@ -188,64 +188,6 @@ def _removals(item):
             yield copy, EXACT, head, 1.0
 
 
-def _batch_key(batch):
-    """The key its records' removals are sent to (batch_key_of a node of the batch's group)."""
-    return batch_key_of(node_of(batch.group, "", 0))
-
-
-@dataclasses.dataclass
-class _Waiting:
-    """A batch waiting for its removals on disk (spill_tokens): its group, statistics, origins and where its
-    tokens are. What crosses the join is this, not the tokens, so a local runner does not hold the corpus."""
-
-    group: object
-    stats: object
-    origins: object
-    ref: object
-
-
-def _keyed(batch, directory: Optional[str]):
-    if directory is None:
-        return _batch_key(batch), batch
-    return _batch_key(batch), _Waiting(batch.group, batch.stats, batch.origins, spill_tokens(directory, batch))
-
-
-def _unspilled(batch):
-    if not isinstance(batch, _Waiting):
-        return batch
-    loaded = load_tokens(batch.ref, batch.group, batch.stats)
-    loaded.origins = batch.origins
-    return loaded
-
-
-def _apply(item):
-    """A batch without its removed records; each counted dropped for its kind's reason, with its tokens."""
-    key, joined = item
-    batches = list(joined["batch"])
-    removed = {(member, index): kind for member, index, kind in joined["removed"]}
-    if len(batches) != 1:
-        if batches or removed:
-            raise RuntimeError(f"deduplication: {len(batches)} batches of group {key}")
-        return
-    batch = _unspilled(batches[0])
-    if not removed:
-        yield batch
-        return
-    origins = batch.origins
-    kinds = [removed.get((origins.member(i), int(origins.index[i]))) for i in range(len(batch.tokens))]
-    if len(removed) != sum(k is not None for k in kinds):
-        raise RuntimeError(f"deduplication: records of group {key} to remove were not found in it")
-    counts, stats, source = batch.token_counts(), batch.stats, batch.group.source
-    for kind in (EXACT, NEAR):
-        mask = np.array([k == kind for k in kinds], dtype=bool)
-        if mask.any():
-            stats.add(f"dropped.{DROP_REASONS[kind]}", int(mask.sum()), source)
-            stats.add(f"{COUNTER_PREFIX}documents.{kind}", int(mask.sum()), source)
-            stats.add(f"{COUNTER_PREFIX}tokens.{kind}", int(counts[mask].sum()), source)
-    keep = np.array([i for i, k in enumerate(kinds) if k is None], dtype=np.int64)
-    yield batch.take(keep, batch.group, stats)
-
-
 def _numbering(relpath: str, joined):
     """The line numbering of one file, from its units' line counts joined beside its records."""
     return line_numbering(relpath, list(joined["units"]))
@@ -359,17 +301,13 @@ class DeduplicateDocuments(beam.PTransform):
             removals = families[COPIES] | "ExactRemovals" >> beam.Map(lambda hc: (hc[1], EXACT, hc[0], 1.0))
         if self._earlier is not None:  # (an earlier job's records are there to be kept, not removed)
             removals = removals | "OfThisJob" >> beam.Filter(lambda r: r[0][0] == THIS_JOB)
-        kept_batches = (
-            {"batch": batches | "KeyBatches" >> beam.Map(_keyed, self._storage_dir),
-             "removed": removals | "ByBatch" >> beam.Map(lambda r: (batch_key_of(r[0]), (r[0][3], r[0][4], r[1])))}
-            | "JoinBatches" >> beam.CoGroupByKey()
-            | "RemoveDuplicates" >> beam.FlatMap(_apply))
-        units = self._dead_letters | "UnitLines" >> beam.FlatMap(
-            lambda p: [(p.relpath, (p.first_group, p.end_group, p.lines))] if p.lines is not None else [])
+        kept_batches = batches | "RemoveDuplicates" >> RemoveRecords(
+            removals, DROP_REASONS, COUNTER_PREFIX, "deduplication", storage_dir=self._storage_dir)
+        units = unit_lines(self._dead_letters)
         summary = self._listing(removals, units)
         if self._index_dir is not None:
             summary = self._write_index(prints, removals, units, summary)
-        return kept_batches, summary
+        return kept_batches.batches, summary
 
     def _write_index(self, prints, removals, units, summary):
         """This job's kept records (their keys, band keys and signatures, and file lines) in index_dir, for a
@@ -434,10 +372,7 @@ class DeduplicateDocuments(beam.PTransform):
         records = ({"units": units, "removed": own}
                    | "JoinKeptLines" >> beam.CoGroupByKey()
                    | "KeptLines" >> beam.FlatMap(_kept_lines, self._against))
-        listed = (records
-                  | "GroupByFile" >> beam.GroupByKey()
-                  | "WriteListing" >> beam.Map(write_listing, self._output_dir)
-                  | "CountListed" >> beam.CombineGlobally(sum))
+        listed = records | "Listing" >> WriteListing(self._output_dir, DEDUP_DIR)
         sizes = (removals
                  | "ByKept" >> beam.Map(lambda r: (r[2], 1))
                  | "GroupSizes" >> beam.CombinePerKey(sum)

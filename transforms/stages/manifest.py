@@ -5,6 +5,8 @@ What the file holds, and how it is written, is transforms/io/manifest.py's.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import apache_beam as beam
 
 from transforms.core.features import LM_FEATURES
@@ -17,6 +19,11 @@ __all__ = ["WriteDatasetParams", "WriteSplitParams", "MergeStats"]
 def _as_list(pcoll):
     """A stage's singleton summary as a side input, or None for a stage the job does not run."""
     return beam.pvalue.AsList(pcoll) if pcoll is not None else None
+
+
+def _steps(steps: Optional[dict]) -> dict:
+    """The summaries of the stages that ran, as side inputs by name (transforms.io.manifest.STEP_SECTIONS)."""
+    return {name: beam.pvalue.AsList(p) for name, p in (steps or {}).items() if p is not None}
 
 
 class MergeStats(beam.CombineFn):
@@ -39,12 +46,13 @@ class WriteDatasetParams(beam.PTransform):
     """PCollection[ShardResult] (+ stats, dead-letter count) -> the params dict, after writing it."""
 
     def __init__(self, *, output_dir: str, sections: dict, eos_id: int, pad_id: int, vocab_size: int,
-                 stats, dead_letters, extra: dict, features: tuple = LM_FEATURES, mixture=None, dedup=None):
-        """mixture: a PCollection of the mixture plan's summary (SelectMixture), or None; dedup: of
-        DeduplicateDocuments' summary, or None."""
+                 stats, dead_letters, extra: dict, features: tuple = LM_FEATURES, mixture=None,
+                 steps: Optional[dict] = None):
+        """mixture: a PCollection of the mixture plan's summary (SelectMixture), or None; steps: the summary
+        of each stage that removed records (name -> PCollection, None where it did not run)."""
         super().__init__()
         self._mixture = mixture
-        self._dedup = dedup
+        self._steps = _steps(steps)
         self._features = tuple(features)
         self._output_dir = output_dir
         self._sections = sections
@@ -62,7 +70,7 @@ class WriteDatasetParams(beam.PTransform):
                 beam.pvalue.AsSingleton(self._stats),
                 beam.pvalue.AsSingleton(self._dead_letters),
                 self._output_dir, self._sections, self._ids, self._extra, self._features,
-                _as_list(self._mixture), _as_list(self._dedup))
+                _as_list(self._mixture), **self._steps)
         )
 
 
@@ -76,12 +84,12 @@ class WriteSplitParams(beam.PTransform):
 
     def __init__(self, *, output_dir: str, outputs: tuple, output_dirs: tuple, sections: tuple, extras: tuple,
                  eos_id: int, pad_id: int, vocab_size: int, features: tuple, stats, rest_stats, dead_letters,
-                 summary_sections: dict, summary_extra: dict, mixture=None, dedup=None):
-        """mixture: a PCollection of the mixture plan's summary (SelectMixture), or None; dedup: of
-        DeduplicateDocuments' summary, or None."""
+                 summary_sections: dict, summary_extra: dict, mixture=None, steps: Optional[dict] = None):
+        """mixture: a PCollection of the mixture plan's summary (SelectMixture), or None; steps: the summary
+        of each stage that removed records (name -> PCollection, None where it did not run)."""
         super().__init__()
         self._mixture = mixture
-        self._dedup = dedup
+        self._steps = _steps(steps)
         self._args = (output_dir, outputs, output_dirs, sections, extras,
                       {"eos_id": eos_id, "pad_id": pad_id, "vocab_size": vocab_size}, tuple(features),
                       summary_sections, summary_extra)
@@ -96,5 +104,5 @@ class WriteSplitParams(beam.PTransform):
             | "WriteParams" >> beam.Map(
                 finalize_split, beam.pvalue.AsList(self._stats), beam.pvalue.AsSingleton(self._rest_stats),
                 beam.pvalue.AsSingleton(self._dead_letters), *self._args,
-                _as_list(self._mixture), _as_list(self._dedup))
+                _as_list(self._mixture), **self._steps)
         )

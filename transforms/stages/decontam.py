@@ -1,0 +1,212 @@
+"""DecontaminateDocuments: the records that hold an evaluation set's n-grams removed before the rows are built
+(issue #47).
+
+    evaluation files ─ReadEvalIndex: a worker per file, then merged in file order─► one EvalIndex (side input)
+    DocBatch ─FindEvidence (the index)─► the batch as it was ─encode─► token batches ──────────────────┐
+                                    └─► (n-gram hash, (node, item, where)) once per record and n-gram   │
+        ─CombinePerKey hash, capped at max_docs + 1 records─► evidence (node, ...) | boilerplate (counted)│
+        ─GroupByKey node─► (node, contaminated, the first match's item, n-grams, items) ─RemoveRecords───┴─►
+            the token batches without them, each counted dropped.contaminated
+    removed records ─CoGroupByKey file (its units' line counts)─► OUT/filtered/decontaminate/<file>.jsonl
+
+A record is checked in the text the job tokenizes (normalized; a conversation's, or a preference pair's,
+every string: message contents), and removed once tokenized: it waits for the verdict as token ids, which the
+job already knows how to keep on disk, not as text. An n-gram found in more than max_docs training records is
+not evidence (GPT-3's rule): what a grouping holds for one n-gram is capped there, so a boilerplate n-gram in
+millions of records costs a count, not a list.
+
+Every step is a function of the records and the evaluation set alone: the index is merged in file order (an
+n-gram is owned by the first item that holds it), the verdict is per record, so the output is the same on every
+engine and worker count. The pure logic is transforms/core/decontam.py's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional, Sequence, Tuple
+
+import apache_beam as beam
+from apache_beam import pvalue
+
+from transforms.core.decontam import (COUNTER_PREFIX, LISTING_DIR, DecontamConfig, build_index, capped,
+                                      catalog_of, listing_record, merge_indexes, record_evidence, record_texts,
+                                      verdict)
+from transforms.core.dedup import line_numbering, node_of
+from transforms.core.reasons import CONTAMINATED
+from transforms.core.records import DocBatch
+from transforms.core.timing import TIME_PREFIX
+from transforms.io.eval_sets import read_eval_items
+from transforms.stages.removal import APPLIED, RemoveRecords, WriteListing, unit_lines
+
+__all__ = ["DecontaminateDocuments", "ReadEvalIndex"]
+
+EVIDENCE, BOILERPLATE, MATCHED = "evidence", "boilerplate", "matched"
+
+
+def _index_file(item, keys: Optional[tuple], config: DecontamConfig):
+    """(its place among the files, a file's path) -> (its place, the file's index, its items numbered from 0)."""
+    place, path = item
+    items = list(read_eval_items(path, keys))
+    catalog = catalog_of(path, [i.line for i in items], [i.field for i in items])
+    return place, build_index((i.text for i in items), config, catalog)
+
+
+def _merged(parts):
+    return merge_indexes([index for _, index in sorted(parts, key=lambda p: p[0])])
+
+
+class ReadEvalIndex(beam.PTransform):
+    """PBegin -> a singleton EvalIndex of the evaluation files (each read and indexed on one worker; merged in
+    the order given, so that an n-gram is owned by the first item, in that order, that holds it)."""
+
+    def __init__(self, files: Sequence[str], keys: Optional[Sequence[str]], config: DecontamConfig):
+        super().__init__()
+        self._files = tuple(files)
+        self._keys = tuple(keys) if keys else None
+        self._config = config
+
+    def expand(self, pbegin):
+        return (pbegin
+                | "EvaluationFiles" >> beam.Create(list(enumerate(self._files)))
+                | "SpreadFiles" >> beam.Reshuffle()
+                | "IndexFiles" >> beam.Map(_index_file, self._keys, self._config)
+                | "AllFiles" >> beam.combiners.ToList()
+                | "Merge" >> beam.Map(_merged))
+
+
+class _FindEvidence(beam.DoFn):
+    """A DocBatch -> itself, and EVIDENCE (hash, (node, item, where)): each evaluation n-gram a record holds,
+    once per record. `json_values`: per value, whether the job reads it as JSON (its strings are checked)."""
+
+    def __init__(self, json_values: tuple):
+        self._json_values = json_values
+
+    def process(self, batch, index):
+        start = time.perf_counter()
+        docs = batch.docs
+        evidence = record_evidence([record_texts(d.values, self._json_values) for d in docs], index)
+        found = []
+        for doc, matches in zip(docs, evidence):
+            if matches:
+                node = node_of(batch.group, doc.member or "", doc.index)
+                found.extend((h, (node, owner, where)) for h, owner, where in matches)
+        batch.stats.totals[TIME_PREFIX + "decontaminate"] += int((time.perf_counter() - start) * 1000)
+        yield batch
+        for pair in found:
+            yield pvalue.TaggedOutput(EVIDENCE, pair)
+
+
+class _Records(beam.CombineFn):
+    """An n-gram's records: counted, and kept while there are at most `cap` (transforms.core.decontam.capped)."""
+
+    def __init__(self, cap: int):
+        self._cap = cap
+
+    def create_accumulator(self):
+        return 0, []
+
+    def add_input(self, acc, value):
+        count, members = acc
+        if count < self._cap + 1:
+            members.append(value)
+        return capped(count + 1, members, self._cap)
+
+    def merge_accumulators(self, accs):
+        count, members = 0, []
+        for c, m in accs:
+            count += c
+            if count <= self._cap:
+                members.extend(m)
+        return capped(count, members, self._cap)
+
+    def extract_output(self, acc):
+        return acc
+
+
+def _evidence(item):
+    """An n-gram's records: each its evidence (node, (hash, item, where)), and the n-gram once MATCHED; or, in
+    too many, the n-gram once BOILERPLATE."""
+    h, (count, members) = item
+    if not members:  # (capped: more than max_docs records)
+        yield pvalue.TaggedOutput(BOILERPLATE, count)
+        return
+    yield pvalue.TaggedOutput(MATCHED, len(members))
+    for node, owner, where in members:
+        yield node, (h, owner, where)
+
+
+def _verdict(item):
+    """A record's evidence -> its removal: (node, CONTAMINATED, the first match's item, n-grams, items)."""
+    node, evidence = item
+    return (node, CONTAMINATED, *verdict(list(evidence)))
+
+
+def _listed(item, index):
+    """The removed records of one file, each as its listing line, keyed by the file."""
+    relpath, joined = item
+    line = line_numbering(relpath, list(joined["units"]))
+    for node, _, owner, ngrams, items in joined["removed"]:
+        yield relpath, (node, listing_record(node, line(node[2], node[4]), index.catalog.describe(owner), ngrams,
+                                             items))
+
+
+def _summary(listed: int, matched: int, boilerplate: int, index, settings: dict, sets: tuple) -> dict:
+    return {"settings": settings, "listed": listed, "matched": matched, "boilerplate": boilerplate,
+            "evaluation": {"sets": list(sets), "files": len(index.catalog.sources), "items": index.items,
+                           "items_too_short": index.short, "ngrams": len(index)}}
+
+
+class DecontaminateDocuments(beam.PTransform):
+    """PCollection[DocBatch] -> (the batches `encode` makes of them, without the contaminated records; a
+    singleton summary for data_params.json's `decontamination`).
+
+    `files`: the evaluation files (`sets`: as the user named them), `keys` the fields of theirs that hold text
+    (None: every string); `json_values`: per value of a record, whether the job reads it as JSON; `encode`: the
+    PTransform that tokenizes the batches (TokenizeDocuments, EncodeConversations); `dead_letters`: the reader's
+    DeadLetterPart PCollection (the units' line counts number the listing's records as the dead letters are
+    numbered); `storage_dir`: where the tokenized batches wait for the verdict (None: in the runner).
+    """
+
+    def __init__(self, config: DecontamConfig, files: Sequence[str], sets: Sequence[str],
+                 keys: Optional[Sequence[str]], json_values: tuple, encode: beam.PTransform, output_dir: str,
+                 dead_letters, *, storage_dir: Optional[str] = None):
+        super().__init__()
+        self._config = config
+        self._files = tuple(files)
+        self._sets = tuple(sets)
+        self._keys = keys
+        self._json_values = tuple(json_values)
+        self._encode = encode
+        self._output_dir = output_dir
+        self._dead_letters = dead_letters
+        self._storage_dir = storage_dir
+
+    def expand(self, docs):
+        cfg = self._config
+        index = pvalue.AsSingleton(docs.pipeline | "ReadEvalIndex" >> ReadEvalIndex(self._files, self._keys, cfg))
+        # (The batches typed: sized for Beam's metrics without pickling, as NormalizeDocuments' are.)
+        found = docs | "FindEvidence" >> beam.ParDo(_FindEvidence(self._json_values), index).with_output_types(
+            DocBatch).with_outputs(EVIDENCE, main="docs")
+        encoded = found.docs | "Encode" >> self._encode
+        per_ngram = (found[EVIDENCE]
+                     | "RecordsPerNgram" >> beam.CombinePerKey(_Records(cfg.max_docs))
+                     | "Evidence" >> beam.FlatMap(_evidence).with_output_types(Tuple[Any, Any]).with_outputs(
+                         BOILERPLATE, MATCHED, main="evidence"))
+        removals = (per_ngram.evidence
+                    | "GroupByRecord" >> beam.GroupByKey()
+                    | "Verdicts" >> beam.Map(_verdict))
+        # Not strict: a conversation the encoder refused is dropped for its own reason, and counted once.
+        removed = encoded | "RemoveContaminated" >> RemoveRecords(
+            removals, {CONTAMINATED: CONTAMINATED}, COUNTER_PREFIX, "decontamination", strict=False,
+            storage_dir=self._storage_dir)
+        listed = ({"units": unit_lines(self._dead_letters), "removed": removed[APPLIED]
+                   | "ByFile" >> beam.Map(lambda r: (r[0][1], r))}
+                  | "JoinLines" >> beam.CoGroupByKey()
+                  | "ListingLines" >> beam.FlatMap(_listed, index)
+                  | "Listing" >> WriteListing(self._output_dir, LISTING_DIR))
+        matched = per_ngram[MATCHED] | "CountMatched" >> beam.combiners.Count.Globally()
+        boilerplate = per_ngram[BOILERPLATE] | "CountBoilerplate" >> beam.combiners.Count.Globally()
+        settings = {"action": cfg.action, "ngram": cfg.ngram, "min_ngram": cfg.min_ngram, "max_docs": cfg.max_docs}
+        summary = listed | "Summary" >> beam.Map(
+            _summary, pvalue.AsSingleton(matched), pvalue.AsSingleton(boilerplate), index, settings, self._sets)
+        return removed.batches, summary

@@ -1,0 +1,144 @@
+"""What every stage that removes records shares (deduplication, decontamination): the batches joined with the
+records to remove, each removed record counted dropped for its reason; the input's line numbering for their
+listings; the listing written.
+
+    batches ─KeyBatches (spilled to disk when there is a storage directory)─┐
+    removals (batch key, (member, index, kind)) ────────────────────────────┴─CoGroupByKey─► the batches without
+        them, each counted dropped.<reason>, <prefix>documents.<kind>, <prefix>tokens.<kind>
+
+A batch crosses the join as a reference to its spilled tokens, not as its tokens: on a local runner a
+GroupByKey holds everything it moves in memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Optional
+
+import apache_beam as beam
+import numpy as np
+from apache_beam import pvalue
+
+from transforms.core.dedup import batch_key_of, node_of
+from transforms.io.listing import write_listing
+from transforms.io.spill import load_tokens, spill_tokens
+from transforms.stages import coders  # noqa: F401  (registers the batches' coder)
+
+__all__ = ["RemoveRecords", "APPLIED", "unit_lines", "WriteListing"]
+
+APPLIED = "applied"
+
+
+def batch_key(batch):
+    """The key its records' removals are sent to (batch_key_of a node of the batch's group)."""
+    return batch_key_of(node_of(batch.group, "", 0))
+
+
+@dataclasses.dataclass
+class _Waiting:
+    """A batch waiting for its removals on disk (spill_tokens): its group, statistics, origins and where its
+    tokens are. What crosses the join is this, not the tokens, so a local runner does not hold the corpus."""
+
+    group: object
+    stats: object
+    origins: object
+    ref: object
+
+
+def _keyed(batch, directory: Optional[str]):
+    if directory is None:
+        return batch_key(batch), batch
+    return batch_key(batch), _Waiting(batch.group, batch.stats, batch.origins, spill_tokens(directory, batch))
+
+
+def _unspilled(batch):
+    if not isinstance(batch, _Waiting):
+        return batch
+    loaded = load_tokens(batch.ref, batch.group, batch.stats)
+    loaded.origins = batch.origins
+    return loaded
+
+
+def _apply(item, reasons: Mapping[str, str], prefix: str, step: str, strict: bool):
+    """A batch without its removed records; each counted dropped for its kind's reason, with its tokens.
+
+    `strict`: every record to remove is in the batch (deduplication, which runs on the batches themselves); else
+    one that is not was dropped before for another reason (a conversation its template refused) and stays counted
+    there. The records removed here are also APPLIED (their removals, as given): what the listing lists."""
+    key, joined = item
+    batches = list(joined["batch"])
+    removed = {(member, index): removal for member, index, removal in joined["removed"]}
+    if len(batches) != 1:
+        if batches or (removed and strict):
+            raise RuntimeError(f"{step}: {len(batches)} batches of group {key}")
+        return
+    batch = _unspilled(batches[0])
+    if not removed:
+        yield batch
+        return
+    origins = batch.origins
+    found = [removed.get((origins.member(i), int(origins.index[i]))) for i in range(len(batch.tokens))]
+    kinds = [r[1] if r is not None else None for r in found]
+    if strict and len(removed) != sum(k is not None for k in kinds):
+        raise RuntimeError(f"{step}: records of group {key} to remove were not found in it")
+    counts, stats, source = batch.token_counts(), batch.stats, batch.group.source
+    for kind, reason in reasons.items():
+        mask = np.array([k == kind for k in kinds], dtype=bool)
+        if mask.any():
+            stats.add(f"dropped.{reason}", int(mask.sum()), source)
+            stats.add(f"{prefix}documents.{kind}", int(mask.sum()), source)
+            stats.add(f"{prefix}tokens.{kind}", int(counts[mask].sum()), source)
+    keep = np.array([i for i, k in enumerate(kinds) if k is None], dtype=np.int64)
+    for removal in found:
+        if removal is not None:
+            yield pvalue.TaggedOutput(APPLIED, removal)
+    yield batch.take(keep, batch.group, stats)
+
+
+class RemoveRecords(beam.PTransform):
+    """PCollection[TokenBatch | EncodedBatch] -> {batches: the batches without the records `removals` names,
+    APPLIED: the removal of each record removed}.
+
+    `removals`: PCollection of tuples (node, kind, ...), kind a key of `reasons` (kind -> the drop reason counted);
+    `prefix`: of the stage's counters; `storage_dir`: where the batches wait (None: in the runner)."""
+
+    def __init__(self, removals, reasons: Mapping[str, str], prefix: str, step: str, *, strict: bool = True,
+                 storage_dir: Optional[str] = None):
+        super().__init__()
+        self._removals = removals
+        self._reasons = dict(reasons)
+        self._prefix = prefix
+        self._step = step
+        self._strict = strict
+        self._storage_dir = storage_dir
+
+    def expand(self, batches):
+        return ({"batch": batches | "KeyBatches" >> beam.Map(_keyed, self._storage_dir),
+                 "removed": self._removals | "ByBatch" >> beam.Map(
+                     lambda r: (batch_key_of(r[0]), (r[0][3], r[0][4], r)))}
+                | "JoinBatches" >> beam.CoGroupByKey()
+                | "Remove" >> beam.FlatMap(_apply, self._reasons, self._prefix, self._step, self._strict)
+                .with_outputs(APPLIED, main="batches"))
+
+
+def unit_lines(dead_letters, label: str = "UnitLines"):
+    """The reader's dead-letter parts -> (relpath, (first group, end group, lines)) of each unit of a file read as
+    several: what numbers a record's line in its file as the dead letters number it (line_numbering)."""
+    return dead_letters | label >> beam.FlatMap(
+        lambda p: [(p.relpath, (p.first_group, p.end_group, p.lines))] if p.lines is not None else [])
+
+
+class WriteListing(beam.PTransform):
+    """PCollection of (relpath, (node, listing record)) -> OUT/<directory>/<file>.jsonl, each file's records in
+    file order; a singleton of the records written."""
+
+    def __init__(self, output_dir: str, directory: str):
+        super().__init__()
+        self._output_dir = output_dir
+        self._directory = directory
+
+    def expand(self, records):
+        return (records
+                | "GroupByFile" >> beam.GroupByKey()
+                | "WriteListing" >> beam.Map(write_listing, self._output_dir, self._directory)
+                | "CountListed" >> beam.CombineGlobally(sum))
