@@ -135,9 +135,9 @@ SMOKE = {
 
 
 @pytest.fixture(scope="session")
-def inputs(text_inputs, chat_inputs, prompt_inputs, dpo_inputs, code_inputs, dup_inputs) -> dict:
+def inputs(text_inputs, chat_inputs, prompt_inputs, dpo_inputs, code_inputs, dup_inputs, eval_inputs) -> dict:
     return {"text": text_inputs, "chat": chat_inputs, "prompts": prompt_inputs, "dpo": dpo_inputs,
-            "code": code_inputs, "dups": dup_inputs}
+            "code": code_inputs, "dups": dup_inputs, "eval": eval_inputs}
 
 
 @pytest.fixture(scope="session")
@@ -275,6 +275,18 @@ def dup_inputs(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def eval_inputs(dup_inputs, tmp_path_factory) -> Path:
+    """An evaluation set of three spans of dup_inputs' texts: one in a record of a.jsonl only, one in a record
+    and its exact copy (two records: boilerplate at decontaminate_max_docs 1), one in a record and its near
+    copy."""
+    texts = [json.loads(x)["text"] for x in (dup_inputs / "a.jsonl").read_text().splitlines()]
+    root = tmp_path_factory.mktemp("eval")
+    items = [" ".join(texts[k].split()[5:25]) for k in (40, 2, 3)]
+    (root / "eval.jsonl").write_text("".join(json.dumps({"question": q, "n": k}) + "\n" for k, q in enumerate(items)))
+    return root / "eval.jsonl"
+
+
 OLMO = SHARED / "tokenizers" / "olmo-dolma2" / "tokenizer.json"
 MATRIX = {
     "lm_in_order": lambda inp: ["LMData", "--input_dir", str(inp["text"]), *GPT2, "--max_seq_length", "256"],
@@ -298,6 +310,11 @@ MATRIX = {
     # Near duplicates across files and outputs (the dedup stage's every grouping and join).
     "dedup_split": lambda inp: ["LMData", "--input_dir", str(inp["dups"]), *GPT2, "--max_seq_length", "256",
                                 "--dedup", "near", "--data_splits", "train=0.7,test=0.3", "--shuffle", "True"],
+    # Evaluation text found across files and outputs, one n-gram boilerplate (the decontamination's index, its
+    # groupings and its join), before near dedup.
+    "decontam_split": lambda inp: ["LMData", "--input_dir", str(inp["dups"]), *GPT2, "--max_seq_length", "256",
+                                   "--decontaminate", str(inp["eval"]), "--decontaminate_max_docs", "1",
+                                   "--dedup", "near", "--data_splits", "train=0.7,test=0.3", "--shuffle", "True"],
     # A file read in order, cut into groups of ~40 KB that are all handed to other workers (a file past
     # FAN_OUT_BYTES on a distributed runner; the sizes are made small here through the plan).
     "fan_out": lambda inp: ["LMData", "--input_dir", str(inp["code"]), *GPT2, "--max_seq_length", "256",
