@@ -33,7 +33,7 @@ every tenth document of it and scaled (they are rates; the whole would take minu
 per round on `tokenizers`).
 
     python benchmarks/bench.py [--corpus PATH.jsonl.zst|.jsonl] [--limit-bytes N] [--msl 2048]
-                               [--configs ftfy_off,ftfy_on,shuffle,vsl,splits,neox] [--repeat 3] [--large-gb 1]
+                               [--configs ftfy_off,ftfy_on,shuffle,vsl,splits,neox,decontam] [--repeat 3] [--large-gb 1]
     python benchmarks/bench.py --corpus ../shared/corpora/bench/multilingual_natural.jsonl.zst \
                                --configs ftfy_off,ftfy_on,qwen_off,qwen_on,mixture
 """
@@ -78,12 +78,16 @@ CONFIGS = {
     "qwen_on": ["--use_ftfy", "True"],
     # ftfy_off's input as a one-source mixture taking all of it (the same rows): what the mixture's plan costs.
     "mixture": [],
+    # ftfy_off decontaminated against a 10 MB evaluation set (prepare_eval): what the stage costs.
+    "decontam": [],
 }
+EVAL_CONFIGS = ("decontam",)  # run with --decontaminate work/eval
 MIXTURE_CONFIGS = ("mixture",)  # read through --mixture instead of --input_dir
 MODES = ("LMData", "LMData_VSL", "Chat")  # a configuration may start with the mode it runs (default LMData)
 QWEN = ROOT.parent / "shared" / "tokenizers" / "qwen2.5-instruct"
 CHAT_CONFIGS = {"chat": "chat", "lm_qwen": "chat_text"}  # configuration -> its input (from prepare_chat)
-BASELINES = {"vsl": "ftfy_off", "chat": "lm_qwen", "splits": "ftfy_off", "mixture": "ftfy_off"}  # throughput against this one's
+BASELINES = {"vsl": "ftfy_off", "chat": "lm_qwen", "splits": "ftfy_off", "mixture": "ftfy_off",
+             "decontam": "ftfy_off"}  # throughput against this one's
 # Each tokenizer once, as the command's flags; the limits read the same files (read_tokenizer_files takes the
 # flags' names), so a configuration and its limits cannot be on different tokenizers.
 TOKENIZERS = {
@@ -99,7 +103,8 @@ TOKENIZER_OF = {"neox": "NeoX", "qwen_off": "Qwen", "qwen_on": "Qwen", "chat": "
 # throughput in the same round (as BASELINES prints it). Shown as met or not met; a miss does not fail the run.
 CORPUS_KINDS = {"en_natural.jsonl.zst": "English", "multilingual_natural.jsonl.zst": "multilingual"}
 TARGETS = {
-    "English": {"ftfy_off": ("limit", 4.5), "ftfy_on": ("limit", 3.5), "vsl": ("ftfy_off", 0.95)},
+    "English": {"ftfy_off": ("limit", 4.5), "ftfy_on": ("limit", 3.5), "vsl": ("ftfy_off", 0.95),
+                "decontam": ("ftfy_off", 0.8)},
     "multilingual": {"ftfy_off": ("limit", 3.0), "ftfy_on": ("limit", 2.5), "vsl": ("ftfy_off", 0.95)},
 }
 # Configurations shown against their floor: start-up, plus the two pieces of work no job can skip (encoding with
@@ -270,6 +275,35 @@ def prepare_chat(input_dir: Path, work: Path) -> None:
                     size += len(p)
 
 
+EVAL_CORPUS = ROOT.parent / "shared" / "corpora" / "bench" / "multilingual_natural.jsonl.zst"
+EVAL_BYTES = 10_000_000
+
+
+def prepare_eval(input_dir: Path, work: Path) -> None:
+    """work/eval/eval.jsonl: a 10 MB evaluation set of questions (60-word pieces of the multilingual bench
+    corpus' documents, text the training corpus does not hold) and, so that some records are found, a 40-word
+    piece of every 500th training document."""
+    import io
+
+    import zstandard
+
+    (work / "eval").mkdir()
+    written = 0
+    with open(work / "eval" / "eval.jsonl", "w", encoding="utf-8") as out:
+        for k, line in enumerate(open(input_dir / "corpus.jsonl", encoding="utf-8")):
+            words = json.loads(line)["text"].split()
+            if k % 500 == 0 and len(words) >= 140:
+                written += out.write(json.dumps({"question": " ".join(words[100:140]), "answer": "A"}) + "\n")
+        with zstandard.ZstdDecompressor().stream_reader(open(EVAL_CORPUS, "rb")) as raw:
+            for line in io.TextIOWrapper(raw, encoding="utf-8"):
+                words = json.loads(line)["text"].split()
+                for i in range(0, len(words) - 59, 60):
+                    written += out.write(json.dumps({"question": " ".join(words[i:i + 60]), "answer": "B"},
+                                                    ensure_ascii=False) + "\n")
+                    if written >= EVAL_BYTES:
+                        return
+
+
 LAUNCHER = r"""
 import os, subprocess, sys, time
 start = time.perf_counter()
@@ -289,6 +323,8 @@ def run_config(name: str, input_dir: Path, work: Path, msl: int) -> dict:
         input_dir = work / CHAT_CONFIGS[name]
     source = ["--input_dir", str(input_dir)] if name not in MIXTURE_CONFIGS else \
         ["--mixture", json.dumps([{"source": str(input_dir), "name": "all", "weight": 1}])]
+    if name in EVAL_CONFIGS:
+        extra = [*extra, "--decontaminate", str(work / "eval")]
     args = [mode, *source, "--output_dir", str(out), *tokenizer,
             "--max_seq_length", str(msl), "--display_pbar", "False", *extra]
     # The command as a user runs it (its own exit path included), started by a small launcher process that
@@ -351,7 +387,7 @@ def main() -> int:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--limit-bytes", type=int, default=0, help="use only the first N bytes of lines (0: all)")
     parser.add_argument("--msl", type=int, default=2048)
-    parser.add_argument("--configs", default="ftfy_off,ftfy_on,shuffle,vsl,splits,neox")
+    parser.add_argument("--configs", default="ftfy_off,ftfy_on,shuffle,vsl,splits,neox,decontam")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of limit + configurations (medians shown)")
     parser.add_argument("--large-gb", type=float, default=0,
                         help="run on about this many GB made from the bench corpora instead of --corpus")
@@ -371,6 +407,8 @@ def main() -> int:
         names = args.configs.split(",")
         if any(name in CHAT_CONFIGS for name in names):
             prepare_chat(input_dir, work)
+        if any(name in EVAL_CONFIGS for name in names):
+            prepare_eval(input_dir, work)
         # GPT-2's limits on the texts, each other tokenizer's on every tenth document (rates), every round.
         tokenizers = ["GPT-2", *dict.fromkeys(TOKENIZER_OF[name] for name in names if name in TOKENIZER_OF)]
         limits = {tok: [] for tok in tokenizers}  # tokenizer -> per round {backend: measure}

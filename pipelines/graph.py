@@ -107,7 +107,8 @@ def _encode(plan: JobPlan, keyed: JobPlan, docs, dead_letter_parts):
     return docs | "Decontaminate" >> DecontaminateDocuments(
         plan.decontam, plan.decontam_files, plan.decontam_sets, plan.decontam_keys,
         tuple(isinstance(k, JsonKey) for k in plan.keys), encode, plan.output_dir, dead_letter_parts,
-        storage_dir=fs.join(plan.storage_dir, "decontaminate") if plan.storage_dir else None)
+        storage_dir=fs.join(plan.storage_dir, "decontaminate") if plan.storage_dir else None,
+        process_cpus=plan.process_cpus)
 
 
 def _dedup(plan: JobPlan, tokens, dead_letter_parts):

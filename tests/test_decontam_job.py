@@ -230,7 +230,8 @@ def test_evaluation_fields_and_files_are_chosen(planted, tmp_path):
     qa = str(Path(planted["eval"]) / "qa.jsonl")
     params = run_job(_args(planted["root"] / "in", tmp_path / "out2", "--decontaminate", qa,
                            "--decontaminate_max_docs", "11"))
-    assert params["decontamination"]["documents_removed"] == 15 - 1 + 11  # no passage; the 11 copies of an item now evidence
+    # No passage; the 11 records holding one item are now evidence.
+    assert params["decontamination"]["documents_removed"] == 15 - 1 + 11
     assert params["decontamination"]["ngrams_boilerplate"] == 0
 
 

@@ -31,10 +31,10 @@ import numpy as np
 from transforms.core.dedup import _mix64_in_place, _powers
 from transforms.core.reasons import CONTAMINATED
 
-__all__ = ["DecontamConfig", "units", "unit_spans", "ngram_hashes", "item_ngrams", "EvalIndex", "ItemCatalog",
-           "catalog_of", "build_index", "merge_indexes", "find_matches", "cut", "record_texts", "record_evidence",
-           "capped", "verdict", "listing_record", "decontam_section", "check_decontam", "DROP", "CUT", "ACTIONS",
-           "CONTAMINATED", "COUNTER_PREFIX", "LISTING_DIR", "STEP"]
+__all__ = ["DecontamConfig", "units", "unit_spans", "unit_hashes", "ngram_hashes", "item_ngrams", "EvalIndex",
+           "ItemCatalog", "catalog_of", "build_index", "merge_indexes", "find_matches", "cut", "record_texts",
+           "slices", "record_evidence", "capped", "verdict", "listing_record", "decontam_section", "check_decontam",
+           "DROP", "CUT", "ACTIONS", "COUNTER_PREFIX", "LISTING_DIR", "STEP", "SLICE_CHARS"]
 
 DROP, CUT = "drop", "cut"
 ACTIONS = (DROP, CUT)
@@ -153,33 +153,99 @@ def unit_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-_BYTE_VALUES = _mix64_in_place(np.arange(1, 257, dtype=np.uint64))
 _NGRAM_BASE = np.uint64(0xD6E8FEB86659FD93)  # odd: invertible modulo 2^64
 _NGRAM_INVERSE = np.uint64(pow(int(_NGRAM_BASE), -1, 1 << 64))
 
 
-def _unit_hashes(words: Sequence[str]) -> np.ndarray:
-    """A 64-bit hash per unit, from its UTF-8 bytes: the sum of its mixed bytes times base^(position in the unit),
-    its length mixed in; every unit at once (joined by NUL, which no unit holds: it is a control, a space)."""
+@functools.lru_cache(maxsize=1)
+def _classes() -> np.ndarray:
+    """uint8 per code point of case-folded text: what `_table` makes of it (_GONE, _SPACE, _ALONE, else _WORD)."""
+    out = np.full(0x110000, _WORD, dtype=np.uint8)
+    for cp, to in _table().items():
+        out[cp] = _GONE if to is None else _SPACE if to == " " else _ALONE
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _ascii_values() -> np.ndarray:
+    """The mixed value of each ASCII code point (what _code_values gives it), looked up rather than computed."""
+    return _mix64_in_place(np.arange(128, dtype=np.uint64) + np.uint64(1))
+
+
+def _code_values(cps: np.ndarray) -> np.ndarray:
+    """Each code point's value in a unit's hash: the code point + 1, mixed (uint8 arrays: ASCII, looked up)."""
+    if cps.dtype == np.uint8:
+        return _ascii_values()[cps]
+    return _mix64_in_place(cps.astype(np.uint64) + np.uint64(1))
+
+
+def _unit_hash_values(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """A 64-bit hash per unit, from its code points' values (_code_values; the units' back to back, each
+    starting at `starts`): the sum of each value times base^(its place in the unit), the unit's length mixed in."""
+    lengths = np.diff(np.append(starts, len(values)))
+    offset = np.arange(len(values), dtype=np.int64) - np.repeat(starts, lengths)
+    # (uint64 arrays wrap silently: no overflow to silence)
+    terms = values * _powers(_NGRAM_BASE, int(lengths.max()))[offset]
+    return _mix64_in_place(np.add.reduceat(terms, starts) ^ lengths.astype(np.uint64))
+
+
+def unit_hashes(words: Sequence[str]) -> np.ndarray:
+    """The hash of each unit (as `units` gives them), one at a time: what _batch_units computes for a text's
+    units, at numpy's speed, without ever making them strings."""
     if not words:
         return np.zeros(0, dtype=np.uint64)
-    joined = np.frombuffer("\0".join(words).encode("utf-8"), dtype=np.uint8)
-    ends = np.append(np.flatnonzero(joined == 0), len(joined))  # each unit's end in `joined`
-    starts = np.concatenate(([0], ends[:-1] + 1))
-    lengths = ends - starts
-    data = joined[joined != 0]
-    offset = np.arange(len(data), dtype=np.int64) - np.repeat(starts - np.arange(len(starts)), lengths)
-    # (uint64 arrays wrap silently: no overflow to silence)
-    terms = _BYTE_VALUES[data] * _powers(_NGRAM_BASE, int(lengths.max()))[offset]
-    h = np.add.reduceat(terms, starts - np.arange(len(starts))) ^ lengths.astype(np.uint64)
-    return _mix64_in_place(h)
+    cps = np.frombuffer("".join(words).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    starts = np.concatenate(([0], np.cumsum([len(w) for w in words])[:-1])).astype(np.int64)
+    return _unit_hash_values(_code_values(cps), starts)
+
+
+def _units_of(cps: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """_batch_units over case-folded texts given as one array of code points (uint8: all ASCII; uint32), the
+    texts one after the other with a space between, and each text's length."""
+    cls = _classes()[cps]
+    kept = np.flatnonzero(cls != _GONE)  # (where each kept character was: its text)
+    cps, cls = cps[kept], cls[kept]
+    word = cls == _WORD
+    start = (cls == _ALONE) | (word & ~np.concatenate(([False], word[:-1])))
+    in_unit = np.flatnonzero(cls != _SPACE)
+    start, kept = start[in_unit], kept[in_unit]
+    starts = np.flatnonzero(start)
+    if not len(starts):
+        return np.zeros(0, dtype=np.uint64), np.zeros(len(lens), dtype=np.int64)
+    text_of = np.searchsorted(np.cumsum(lens + 1), kept[starts], side="right")
+    return (_unit_hash_values(_code_values(cps[in_unit]), starts),
+            np.bincount(text_of, minlength=len(lens)).astype(np.int64))
 
 
 def _batch_units(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Each text's units hashed, all texts' in one array, and each text's count of units."""
-    per_text = [units(t) for t in texts]
-    counts = np.fromiter(map(len, per_text), dtype=np.int64, count=len(per_text))
-    return _unit_hashes([w for ws in per_text for w in ws]), counts
+    """Each text's units hashed, all texts' in one array, and each text's count of units.
+
+    The texts are case folded (by Python) and then handled as arrays of code points: each classified by
+    `_classes`, the deleted ones taken out, a unit starting at a letter after a non-letter or at a character of
+    a script without spaces. The units are those `units` gives, and their hashes `unit_hashes`'. ASCII texts
+    (most of English) are handled apart, a byte a character."""
+    ascii_at = [i for i, t in enumerate(texts) if t.isascii()]
+    other_at = [i for i, t in enumerate(texts) if not t.isascii()] if len(ascii_at) < len(texts) else []
+    parts = []
+    if ascii_at:  # casefold is lower() in ASCII
+        chosen = [texts[i] for i in ascii_at]
+        cps = np.frombuffer("\n".join(chosen).encode("ascii").lower(), dtype=np.uint8)
+        parts.append((ascii_at, *_units_of(cps, np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen)))))
+    if other_at:
+        folded = [texts[i].casefold() for i in other_at]
+        cps = np.frombuffer("\n".join(folded).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        parts.append((other_at, *_units_of(cps, np.fromiter(map(len, folded), dtype=np.int64, count=len(folded)))))
+    if not parts:
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+    if len(parts) == 1:
+        return parts[0][1], parts[0][2]
+    counts = np.zeros(len(texts), dtype=np.int64)
+    owner = []
+    for at, _, n in parts:
+        counts[at] = n
+        owner.append(np.repeat(np.asarray(at, dtype=np.int64), n))
+    order = np.argsort(np.concatenate(owner), kind="stable")  # every text's units in text order
+    return np.concatenate([h for _, h, _ in parts])[order], counts
 
 
 def _ngrams_of(u: np.ndarray, counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -193,7 +259,7 @@ def _ngrams_of(u: np.ndarray, counts: np.ndarray, n: int) -> tuple[np.ndarray, n
     q = np.concatenate((np.zeros(1, dtype=np.uint64), np.cumsum(u * _powers(_NGRAM_INVERSE, len(u)))))
     h = _mix64_in_place(_powers(_NGRAM_BASE, len(u))[n - 1:] * (q[n:] - q[:total]) ^ np.uint64(n))
     ends = np.cumsum(counts)
-    text_of = np.searchsorted(ends, np.arange(total, dtype=np.int64), side="right")
+    text_of = np.repeat(np.arange(len(counts), dtype=np.int64), counts)[:total]  # (each n-gram's first unit's)
     first = np.arange(total, dtype=np.int64) - (ends - counts)[text_of]
     inside = first + n <= counts[text_of]  # ends in its own text
     return h[inside], text_of[inside], first[inside]
@@ -217,7 +283,13 @@ def item_ngrams(text: str, config: DecontamConfig) -> tuple[int, np.ndarray]:
     return 0, np.zeros(0, dtype=np.uint64)
 
 
-_FILTER_BITS = 24  # the index's filter: a bit per value of a hash's top 24 bits (2 MB)
+_FILTER_BITS = 24  # the index's filter: a bit per value of a hash's top bits, at least 24 (2 MB)
+
+
+def _filter_bits(n: int) -> int:
+    """Bits of the filter of an index of n hashes: 32 bits a hash or more (a bit set for one of 2.5% of the
+    hashes that are not the index's), 24 to 30 (2 to 128 MB)."""
+    return min(30, max(_FILTER_BITS, n.bit_length() + 5))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,19 +313,23 @@ class EvalIndex:
 
     @functools.cached_property
     def _filter(self) -> np.ndarray:
-        """A bit per value of the top 24 bits of a hash, set where one of the index's has it: a training n-gram
-        whose bit is clear is not in the index (most of them, at one cache-friendly look-up each), and only the
+        """A bit per value of the top `_filter_bits` bits of a hash, set where one of the index's has it: a
+        training n-gram whose bit is clear is not in the index (most of them, at one look-up each), and only the
         rest are searched for."""
-        bits = np.zeros(1 << (_FILTER_BITS - 3), dtype=np.uint8)
+        bits = np.zeros(1 << (self._bits - 3), dtype=np.uint8)
         for table in self.hashes.values():
-            top = table >> np.uint64(64 - _FILTER_BITS)
+            top = table >> np.uint64(64 - self._bits)
             np.bitwise_or.at(bits, (top >> np.uint64(3)).astype(np.int64),
                              np.left_shift(1, (top & np.uint64(7)).astype(np.uint8)).astype(np.uint8))
         return bits
 
+    @functools.cached_property
+    def _bits(self) -> int:
+        return _filter_bits(len(self))
+
     def _maybe(self, hashes: np.ndarray) -> np.ndarray:
-        """The filter's verdict: which of `hashes` have the top 24 bits of one of the index's."""
-        top = hashes >> np.uint64(64 - _FILTER_BITS)
+        """The filter's verdict: which of `hashes` have the top bits of one of the index's."""
+        top = hashes >> np.uint64(64 - self._bits)
         return ((self._filter[(top >> np.uint64(3)).astype(np.int64)] >> (top & np.uint64(7)).astype(np.uint8))
                 & 1).astype(bool)
 
@@ -307,13 +383,15 @@ def catalog_of(source: str, lines: Sequence[int], fields: Sequence[str]) -> Item
                        np.fromiter((at[f] for f in fields), dtype=np.int32, count=len(fields)), names)
 
 
-def _tables(found: dict) -> tuple[dict, dict]:
-    """Per length, (hashes, owners) pieces -> the sorted distinct hashes, each with its smallest owner."""
+def _tables(found: dict, ordered: bool = False) -> tuple[dict, dict]:
+    """Per length, (hashes, owners) pieces -> the sorted distinct hashes, each with its smallest owner.
+    `ordered`: the owners, pieces one after the other, never decrease (a stable sort by hash is then enough)."""
     tables, owners = {}, {}
     for length, parts in found.items():
         hashes = np.concatenate([h for h, _ in parts])
         ordinals = np.concatenate([o for _, o in parts])
-        order = np.lexsort((ordinals, hashes))  # by hash, then by item: the first of equal hashes is the owner
+        # By hash, then by item: the first of equal hashes is the owner.
+        order = np.argsort(hashes, kind="stable") if ordered else np.lexsort((ordinals, hashes))
         hashes, ordinals = hashes[order], ordinals[order]
         first = np.ones(len(hashes), dtype=bool)
         first[1:] = hashes[1:] != hashes[:-1]
@@ -323,18 +401,40 @@ def _tables(found: dict) -> tuple[dict, dict]:
 
 def build_index(items: Iterable[str], config: DecontamConfig, catalog: Optional[ItemCatalog] = None) -> EvalIndex:
     """The index of an evaluation set's texts (each item's text fields, one at a time), each n-gram owned by the
-    first item (in the order given) that holds it; `catalog` says where each item is."""
+    first item (in the order given) that holds it; `catalog` says where each item is. Each item gives what
+    item_ngrams gives it; the items are hashed together, about SLICE_CHARS characters at a time."""
     found: dict = {}
     count = short = 0
-    for ordinal, text in enumerate(items):
-        count += 1
-        length, hashes = item_ngrams(text, config)
-        if not length:
-            short += 1
-            continue
-        found.setdefault(length, []).append((hashes, np.full(len(hashes), ordinal, dtype=np.int64)))
-    tables, owners = _tables(found)
+    batch: list[str] = []
+    size = 0
+    for text in items:
+        batch.append(text)
+        size += len(text)
+        if size >= SLICE_CHARS:
+            short += _index_slice(batch, count, config, found)
+            count, batch, size = count + len(batch), [], 0
+    if batch:
+        short += _index_slice(batch, count, config, found)
+        count += len(batch)
+    tables, owners = _tables(found, ordered=True)  # (each slice's items numbered after the last's)
     return EvalIndex(tables, owners, count, short, catalog)
+
+
+def _index_slice(texts: list[str], first: int, config: DecontamConfig, found: dict) -> int:
+    """The n-grams of items numbered from `first`, added to found (length -> [(hashes, owners)]); returns how
+    many were too short."""
+    u, counts = _batch_units(texts)
+    hashes, text_of, _ = _ngrams_of(u, counts, config.ngram)
+    if len(hashes):
+        found.setdefault(config.ngram, []).append((hashes, text_of + first))
+    starts = np.cumsum(counts) - counts
+    for length in range(config.min_ngram, config.ngram):  # an item of fewer units: one n-gram of all of them
+        chosen = np.flatnonzero(counts == length)
+        if len(chosen):
+            at = (starts[chosen][:, None] + np.arange(length)).ravel()
+            whole, _, _ = _ngrams_of(u[at], np.full(len(chosen), length, dtype=np.int64), length)
+            found.setdefault(length, []).append((whole, chosen + first))
+    return int((counts < config.min_ngram).sum())
 
 
 def merge_indexes(parts: Sequence[EvalIndex]) -> EvalIndex:
@@ -444,24 +544,51 @@ def record_texts(values: Sequence[str], json_values: Sequence[bool]) -> list[str
     return out
 
 
-def record_evidence(texts_per_record: Sequence[Sequence[str]], index: EvalIndex) -> list[list[tuple[int, int, int]]]:
+SLICE_CHARS = 1 << 20  # record_evidence hashes this many characters at a time: its arrays stay in cache-sized pieces
+
+
+def slices(sizes: Sequence[int], limit: int) -> Iterable[tuple[int, int]]:
+    """[lo, hi) runs of consecutive items whose sizes add up to about `limit` (each run ends at the item that
+    reaches it; the last run holds the rest), covering every item in order."""
+    lo = total = 0
+    for i, size in enumerate(sizes):
+        total += size
+        if total >= limit:
+            yield lo, i + 1
+            lo, total = i + 1, 0
+    if lo < len(sizes):
+        yield lo, len(sizes)
+
+
+def record_evidence(texts_per_record: Sequence[Sequence[str]], index: EvalIndex,
+                    slice_chars: int = SLICE_CHARS) -> list[list[tuple[int, int, int]]]:
     """Per record (its texts), each evaluation n-gram it holds once: (hash as a signed 64-bit int: every coder
-    keys it exactly, owner, where it is first found: (text << 32) | first unit), in order of where. Every
-    record's texts are hashed as one batch."""
-    texts = [t for ts in texts_per_record for t in ts]
-    record_of = np.repeat(np.arange(len(texts_per_record)), [len(ts) for ts in texts_per_record])
-    starts = np.concatenate(([0], np.cumsum([len(ts) for ts in texts_per_record])))
+    keys it exactly, owner, where it is first found: (text << 32) | first unit), in order of where. Records are
+    hashed together, about `slice_chars` characters at a time (a packing group holds 64 MiB of text: its arrays
+    would be gigabytes)."""
     out: list[list[tuple[int, int, int]]] = [[] for _ in texts_per_record]
-    seen: list[set] = [set() for _ in texts_per_record]
-    for t, matches in enumerate(find_matches(texts, index)):
-        r = int(record_of[t])
-        for first, _length, h, owner in matches:
-            if h not in seen[r]:
-                seen[r].add(h)
-                out[r].append((h - (1 << 64) if h >= 1 << 63 else h, owner, (t - int(starts[r])) << 32 | first))
-    for evidence in out:
-        evidence.sort(key=lambda e: e[2])
+    for lo, hi in slices([sum(map(len, texts)) for texts in texts_per_record], slice_chars):
+        _evidence_of(texts_per_record, lo, hi, index, out)
     return out
+
+
+def _evidence_of(texts_per_record: Sequence[Sequence[str]], lo: int, hi: int, index: EvalIndex, out: list) -> None:
+    """record_evidence of the records [lo, hi), into out[lo:hi]."""
+    texts = [t for ts in texts_per_record[lo:hi] for t in ts]
+    record_of = np.repeat(np.arange(lo, hi), [len(ts) for ts in texts_per_record[lo:hi]])
+    starts = np.concatenate(([0], np.cumsum([len(ts) for ts in texts_per_record[lo:hi]])))
+    for t, matches in enumerate(find_matches(texts, index)):
+        if not matches:
+            continue
+        r = int(record_of[t])
+        seen = {e[0] for e in out[r]}
+        for first, _length, h, owner in matches:
+            signed = h - (1 << 64) if h >= 1 << 63 else h
+            if signed not in seen:
+                seen.add(signed)
+                out[r].append((signed, owner, (t - int(starts[r - lo])) << 32 | first))
+    for r in range(lo, hi):
+        out[r].sort(key=lambda e: e[2])
 
 
 def capped(count: int, members: list, cap: int) -> tuple[int, list]:

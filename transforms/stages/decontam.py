@@ -23,17 +23,19 @@ engine and worker count. The pure logic is transforms/core/decontam.py's.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam import pvalue
 
-from transforms.core.decontam import (COUNTER_PREFIX, LISTING_DIR, DecontamConfig, build_index, capped,
-                                      catalog_of, listing_record, merge_indexes, record_evidence, record_texts,
-                                      verdict)
+from transforms.core.decontam import (COUNTER_PREFIX, LISTING_DIR, SLICE_CHARS, DecontamConfig, build_index,
+                                      capped, catalog_of, listing_record, merge_indexes, record_evidence,
+                                      record_texts, slices, verdict)
 from transforms.core.dedup import line_numbering, node_of
 from transforms.core.reasons import CONTAMINATED
 from transforms.core.records import DocBatch
+from transforms.core.threads import process_threads
 from transforms.core.timing import TIME_PREFIX
 from transforms.io.eval_sets import read_eval_items
 from transforms.stages.removal import APPLIED, RemoveRecords, WriteListing, unit_lines
@@ -76,15 +78,30 @@ class ReadEvalIndex(beam.PTransform):
 
 class _FindEvidence(beam.DoFn):
     """A DocBatch -> itself, and EVIDENCE (hash, (node, item, where)): each evaluation n-gram a record holds,
-    once per record. `json_values`: per value, whether the job reads it as JSON (its strings are checked)."""
+    once per record. `json_values`: per value, whether the job reads it as JSON (its strings are checked).
 
-    def __init__(self, json_values: tuple):
+    A batch's records are checked a slice at a time on a thread per core (numpy lets go of the GIL for its
+    array work): the tokenizer's threads use every core, and this step would otherwise hold the job to one."""
+
+    def __init__(self, json_values: tuple, process_cpus: Optional[int]):
         self._json_values = json_values
+        self._process_cpus = process_cpus
+        self._pool = None
+
+    def setup(self):
+        self._pool = ThreadPoolExecutor(process_threads(self._process_cpus), thread_name_prefix="decontaminate")
+
+    def teardown(self):
+        if self._pool is not None:
+            self._pool.shutdown()
 
     def process(self, batch, index):
         start = time.perf_counter()
         docs = batch.docs
-        evidence = record_evidence([record_texts(d.values, self._json_values) for d in docs], index)
+        texts = [record_texts(d.values, self._json_values) for d in docs]
+        cuts = list(slices([sum(map(len, ts)) for ts in texts], SLICE_CHARS))
+        evidence = [e for part in self._pool.map(lambda c: record_evidence(texts[c[0]:c[1]], index), cuts)
+                    for e in part]
         found = []
         for doc, matches in zip(docs, evidence):
             if matches:
@@ -164,12 +181,13 @@ class DecontaminateDocuments(beam.PTransform):
     (None: every string); `json_values`: per value of a record, whether the job reads it as JSON; `encode`: the
     PTransform that tokenizes the batches (TokenizeDocuments, EncodeConversations); `dead_letters`: the reader's
     DeadLetterPart PCollection (the units' line counts number the listing's records as the dead letters are
-    numbered); `storage_dir`: where the tokenized batches wait for the verdict (None: in the runner).
+    numbered); `storage_dir`: where the tokenized batches wait for the verdict (None: in the runner);
+    `process_cpus`: the cores a worker process may use (None: all of the machine's).
     """
 
     def __init__(self, config: DecontamConfig, files: Sequence[str], sets: Sequence[str],
                  keys: Optional[Sequence[str]], json_values: tuple, encode: beam.PTransform, output_dir: str,
-                 dead_letters, *, storage_dir: Optional[str] = None):
+                 dead_letters, *, storage_dir: Optional[str] = None, process_cpus: Optional[int] = None):
         super().__init__()
         self._config = config
         self._files = tuple(files)
@@ -180,13 +198,15 @@ class DecontaminateDocuments(beam.PTransform):
         self._output_dir = output_dir
         self._dead_letters = dead_letters
         self._storage_dir = storage_dir
+        self._process_cpus = process_cpus
 
     def expand(self, docs):
         cfg = self._config
         index = pvalue.AsSingleton(docs.pipeline | "ReadEvalIndex" >> ReadEvalIndex(self._files, self._keys, cfg))
         # (The batches typed: sized for Beam's metrics without pickling, as NormalizeDocuments' are.)
-        found = docs | "FindEvidence" >> beam.ParDo(_FindEvidence(self._json_values), index).with_output_types(
-            DocBatch).with_outputs(EVIDENCE, main="docs")
+        find = _FindEvidence(self._json_values, self._process_cpus)
+        found = docs | "FindEvidence" >> beam.ParDo(find, index).with_output_types(DocBatch).with_outputs(
+            EVIDENCE, main="docs")
         encoded = found.docs | "Encode" >> self._encode
         per_ngram = (found[EVIDENCE]
                      | "RecordsPerNgram" >> beam.CombinePerKey(_Records(cfg.max_docs))
