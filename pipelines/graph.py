@@ -2,7 +2,8 @@
 
     input manifest -> ReadCorpus -> (SkipStoredGroups, on resume)
         -> NormalizeDocuments -> TokenizeDocuments      (modes with a chat template: EncodeConversations)
-           (with --decontaminate: Decontaminate, which checks the text and removes after TokenizeDocuments)
+           (with --language_id or --languages: IdentifyLanguage first; with --decontaminate: Decontaminate,
+           which checks the text and removes after TokenizeDocuments)
         -> (Deduplicate) -> (after either, SkipStoredGroups here on resume) -> (SelectMixture)
         -> the mode's rows -> EncodeRows -> (StoreGroups) -> WriteHdf5Shards
         -> WriteDatasetParams (data_params.json)
@@ -31,6 +32,7 @@ from transforms.stages.dead_letters import WriteDeadLetters
 from transforms.stages.decontam import DecontaminateDocuments
 from transforms.stages.dedup import DeduplicateDocuments, ReadDedupIndex
 from transforms.stages.hdf5_sink import EncodeRows, WriteHdf5Shards
+from transforms.stages.langid import IdentifyLanguage
 from transforms.stages.intermediate import STORED, SkipStoredGroups, StoreGroups
 from transforms.stages.manifest import MergeStats, WriteDatasetParams, WriteSplitParams
 from transforms.stages.mixture import SelectMixture
@@ -60,6 +62,7 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
     if plan.splits is None:
         if plan.chat is None:
             docs = docs | "NormalizeDocuments" >> NormalizeDocuments(plan.normalize)
+        docs, language = _identify_language(plan, docs, read[DEAD_LETTERS])
         tokens, decontam = _encode(plan, plan, docs, read[DEAD_LETTERS])
         tokens, dedup = _dedup(plan, tokens, read[DEAD_LETTERS])
         if _resuming(plan) and _across_records(plan):
@@ -68,14 +71,30 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         if plan.mixture is not None:
             tokens, mixture = tokens | "SelectMixture" >> _select_mixture(plan)
         return _write(plan, _rows(plan, tokens), stored, dead_letters, mixture,
-                      {"decontamination": decontam, "dedup": dedup})
+                      {"language": language, "decontamination": decontam, "dedup": dedup})
     return _build_splits(plan, docs, stored, dead_letters, read[DEAD_LETTERS])
 
 
 def _across_records(plan: JobPlan) -> bool:
     """Whether a stage decides by every record (deduplication; decontamination, whose boilerplate n-grams are
-    counted over the corpus): a resumed job then skips its stored groups after those stages."""
-    return plan.dedup is not None or plan.decontam is not None
+    counted over the corpus) or lists what it removed (language identification: each file's listing is written
+    whole): a resumed job then skips its stored groups after those stages."""
+    return plan.dedup is not None or plan.decontam is not None or plan.langid is not None
+
+
+def _identify_language(plan: JobPlan, docs, dead_letter_parts):
+    """DocBatch (normalized, but a conversation's) -> the batches without the records not in the languages asked
+    for (none removed without --languages; nothing done without it or --language_id); returns (the batches, the
+    stage's summary or None)."""
+    if plan.langid is None:
+        return docs, None
+    return docs | "IdentifyLanguage" >> IdentifyLanguage(plan.langid, _json_values(plan), plan.output_dir,
+                                                         dead_letter_parts)
+
+
+def _json_values(plan: JobPlan) -> tuple:
+    """Per value of a record, whether the job reads it as JSON (a conversation, a preference pair's side)."""
+    return tuple(isinstance(k, JsonKey) for k in plan.keys)
 
 
 def _resuming(plan: JobPlan) -> bool:
@@ -105,8 +124,8 @@ def _encode(plan: JobPlan, keyed: JobPlan, docs, dead_letter_parts):
     if plan.decontam is None:
         return docs | label >> encode, None
     return docs | "Decontaminate" >> DecontaminateDocuments(
-        plan.decontam, plan.decontam_files, plan.decontam_sets, plan.decontam_keys,
-        tuple(isinstance(k, JsonKey) for k in plan.keys), encode, plan.output_dir, dead_letter_parts,
+        plan.decontam, plan.decontam_files, plan.decontam_sets, plan.decontam_keys, _json_values(plan), encode,
+        plan.output_dir, dead_letter_parts,
         storage_dir=fs.join(plan.storage_dir, "decontaminate") if plan.storage_dir else None,
         process_cpus=plan.process_cpus)
 
@@ -160,6 +179,7 @@ def _build_splits(plan: JobPlan, docs, stored, dead_letters, dead_letter_parts):
     parts, rest = routed.parts, routed[REST]
     # Across the outputs: a document's near copies and its evaluation n-grams are found wherever the routing sent
     # it, and the routing is a function of each document alone, so this is removing them before the split.
+    parts, language = _identify_language(plan, parts, dead_letter_parts)
     tokens, decontam = _encode(plan, keyed, parts, dead_letter_parts)
     mixture = None
     tokens, dedup = _dedup(plan, tokens, dead_letter_parts)
@@ -187,7 +207,7 @@ def _build_splits(plan: JobPlan, docs, stored, dead_letters, dead_letter_parts):
         pad_id=plan.pad_id, vocab_size=plan.vocab_size, features=plan.features, stats=stats,
         rest_stats=rest_stats, dead_letters=dead_letters, summary_sections=plan.sections,
         summary_extra={**plan.extra, "features": list(plan.features)}, mixture=mixture,
-        steps={"decontamination": decontam, "dedup": dedup})
+        steps={"language": language, "decontamination": decontam, "dedup": dedup})
 
 
 def _tokenize(plan: JobPlan) -> TokenizeDocuments:

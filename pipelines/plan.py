@@ -21,6 +21,7 @@ from transforms.core.features import KEY_PADDING_FEATURES
 from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core.modes import CONVERSATION, PAIR, TEXT, Mode, mode
 from transforms.core.decontam import DecontamConfig
+from transforms.core.langid import LangIdConfig
 from transforms.core.dedup import DedupConfig, index_problems, index_settings
 from transforms.core.mixture import MixturePlan, MixtureSpec
 from transforms.core.normalize import NormalizeConfig
@@ -119,6 +120,7 @@ class JobPlan:
     decontam_sets: tuple = ()  # the evaluation sets, as given
     decontam_files: tuple = ()  # their files
     decontam_keys: Optional[tuple] = None  # the fields of theirs that hold text; None: every string
+    langid: Optional[LangIdConfig] = None  # each record's language identified (transforms.core.langid); None: not
 
     @property
     def features(self) -> tuple:
@@ -316,6 +318,8 @@ def plan_job(config: Config, runner: RunnerPlan = RunnerPlan(), changes: Optiona
         mixture_plan=runner.mixture_plan,
         **_dedup_plan(config, tokenizer.fingerprint()),
         **_decontam_plan(config),
+        langid=LangIdConfig(tuple(config.languages) if config.languages else None, config.language_threshold)
+        if config.language_id or config.languages else None,
     )
     return dataclasses.replace(plan, **changes) if changes else plan
 

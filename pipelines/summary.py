@@ -4,6 +4,7 @@ many records were bad (--max_bad_record_fraction: the command then exits with 3)
 from typing import Optional
 
 from transforms.core.decontam import LISTING_DIR
+from transforms.core.langid import LISTING_DIR as LANGUAGE_DIR
 from transforms.io import fs
 from transforms.io.dead_letters import DEAD_LETTER_DIR
 
@@ -27,6 +28,13 @@ def summary_line(params: dict, output_dir: str, seconds: float) -> str:
         tail += " Mixture: " + ", ".join(
             f"{name} {s['realized_share']:.2%} of the tokens (target {s['target_share']:.2%})"
             for name, s in params["mixture"]["sources"].items()) + "."
+    if "language" in params:
+        found = params["language"]["detected"]
+        top = sorted(found, key=lambda k: (-found[k]["documents"], k))
+        more = f" and {len(top) - 5} more" if len(top) > 5 else ""
+        removed = params["language"]["documents_removed"]
+        tail += (" Languages: " + ", ".join(f"{k} {found[k]['documents']}" for k in top[:5]) + more
+                 + (f"; {removed} records removed, see {fs.join(output_dir, LANGUAGE_DIR)}" if removed else "") + ".")
     if "decontamination" in params:
         d = params["decontamination"]
         tail += (f" Decontamination: {d['documents_removed']} records removed ({d['tokens_removed']} tokens), "

@@ -21,6 +21,7 @@ from pipelines.tools.common import UsageError, add_tokenizer_flags, basename, lo
     tokenizer_flags
 from transforms.core import verify as V
 from transforms.core.decontam import LISTING_DIR as DECONTAM_DIR
+from transforms.core.langid import LISTING_DIR as LANGUAGE_DIR
 from transforms.core.mixture import check_mixture
 from transforms.io.listing import DEDUP_DIR, listing_counts
 from transforms.core.modes import mode_of_processor
@@ -247,7 +248,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 # Where each removing stage lists its records, and the field it counts them by.
-_LISTINGS = {"dedup": (DEDUP_DIR, "kind"), "decontamination": (DECONTAM_DIR, "reason")}
+_LISTINGS = {"dedup": (DEDUP_DIR, "kind"), "decontamination": (DECONTAM_DIR, "reason"),
+             "language": (LANGUAGE_DIR, "reason")}
 
 
 def _listings(out_dir: str, params: dict) -> dict:

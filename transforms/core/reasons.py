@@ -22,7 +22,8 @@ __all__ = ["Reason", "REASONS", "BAD", "DROPPED", "BOTH", "describe", "known",
            "JSON_DECODE", "BLANK_LINE", "MISSING_KEY", "NOT_A_STRING", "NULL_TEXT", "INVALID_UTF8",
            "TRUNCATED_STREAM", "UNREADABLE_FILE", "TOO_LONG", "TOO_DEEP", "SHORTER_THAN_MIN_SEQUENCE_LEN",
            "NO_TOKEN_TO_PREDICT", "REMAINDER_NOT_WRITTEN", "CUT_BY_SHORT_SEQ_PROB", "LONGER_THAN_MAX_SEQ_LENGTH",
-           "NOT_IN_MIXTURE", "DUPLICATE_EXACT", "DUPLICATE_NEAR", "CONTAMINATED"]
+           "NOT_IN_MIXTURE", "DUPLICATE_EXACT", "DUPLICATE_NEAR", "CONTAMINATED",
+           "LANGUAGE"]
 
 BAD, DROPPED, BOTH = "bad", "dropped", "bad or dropped"
 
@@ -56,6 +57,7 @@ NOT_IN_MIXTURE = "not_in_mixture"
 DUPLICATE_EXACT = "duplicate_exact"
 DUPLICATE_NEAR = "duplicate_near"
 CONTAMINATED = "contaminated"
+LANGUAGE = "language"
 
 REASONS: tuple[Reason, ...] = (
     # Reading.
@@ -85,6 +87,9 @@ REASONS: tuple[Reason, ...] = (
     Reason(CONTAMINATED, DROPPED, "holds an n-gram of an evaluation set (decontaminate: decontaminate_ngram units "
            "after case folding and without punctuation, one found in at most decontaminate_max_docs training "
            "records); listed in OUT/filtered/decontaminate/ with the evaluation item"),
+    Reason(LANGUAGE, DROPPED, "not in one of the languages asked for (languages: none of them scores above "
+           "language_threshold, by fastText's lid.176 as datatrove asks it); listed in OUT/filtered/language/ with "
+           "its language and score"),
     # Conversations and preference pairs (the chat template's rendering and its loss mask).
     Reason("no_messages", BOTH, "the conversation holds no message"),
     Reason("not_a_conversation", BOTH, "the conversation is not a list of messages"),

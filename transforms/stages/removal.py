@@ -19,12 +19,12 @@ import apache_beam as beam
 import numpy as np
 from apache_beam import pvalue
 
-from transforms.core.dedup import batch_key_of, node_of
+from transforms.core.dedup import batch_key_of, line_numbering, node_of
 from transforms.io.listing import write_listing
 from transforms.io.spill import load_tokens, spill_tokens
 from transforms.stages import coders  # noqa: F401  (registers the batches' coder)
 
-__all__ = ["RemoveRecords", "APPLIED", "unit_lines", "WriteListing"]
+__all__ = ["RemoveRecords", "APPLIED", "unit_lines", "WriteListing", "ListRecords"]
 
 APPLIED = "applied"
 
@@ -142,3 +142,34 @@ class WriteListing(beam.PTransform):
                 | "GroupByFile" >> beam.GroupByKey()
                 | "WriteListing" >> beam.Map(write_listing, self._output_dir, self._directory)
                 | "CountListed" >> beam.CombineGlobally(sum))
+
+
+def _numbered(item):
+    """The records removed from one file, each its listing line: file, line (as the dead letters number it),
+    member, then its stage's fields."""
+    relpath, joined = item
+    line = line_numbering(relpath, list(joined["units"]))
+    for node, fields in joined["records"]:
+        record = {"file": node[1], "line": line(node[2], node[4])}
+        if node[3]:
+            record["member"] = node[3]
+        yield relpath, (node, {**record, **fields})
+
+
+class ListRecords(beam.PTransform):
+    """PCollection of (node, fields) -> OUT/<directory>/<file>.jsonl, each removed record's line (its file, line
+    and member, then `fields`: the stage's step, reason and what decided); a singleton of the records written.
+    `dead_letters`: the reader's DeadLetterPart PCollection (unit_lines)."""
+
+    def __init__(self, output_dir: str, directory: str, dead_letters):
+        super().__init__()
+        self._output_dir = output_dir
+        self._directory = directory
+        self._dead_letters = dead_letters
+
+    def expand(self, records):
+        return ({"units": unit_lines(self._dead_letters), "records": records | "ByFile" >> beam.Map(
+            lambda r: (r[0][1], r))}
+                | "JoinLines" >> beam.CoGroupByKey()
+                | "Lines" >> beam.FlatMap(_numbered)
+                | "Write" >> WriteListing(self._output_dir, self._directory))
