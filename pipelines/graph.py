@@ -2,8 +2,8 @@
 
     input manifest -> ReadCorpus -> (SkipStoredGroups, on resume)
         -> NormalizeDocuments -> TokenizeDocuments      (modes with a chat template: EncodeConversations)
-           (with --language_id or --languages: IdentifyLanguage first; with --decontaminate: Decontaminate,
-           which checks the text and removes after TokenizeDocuments)
+           (before it, with --language_id or --languages: IdentifyLanguage; with --decontaminate:
+           Decontaminate)
         -> (Deduplicate) -> (after either, SkipStoredGroups here on resume) -> (SelectMixture)
         -> the mode's rows -> EncodeRows -> (StoreGroups) -> WriteHdf5Shards
         -> WriteDatasetParams (data_params.json)
@@ -117,17 +117,16 @@ def _encode(plan: JobPlan, keyed: JobPlan, docs, dead_letter_parts):
     chat template), without the records that hold evaluation text (none removed without --decontaminate);
     returns (the batches, the decontamination's summary or None). `keyed`: the plan whose settings are each
     output's (a split job's by_part)."""
+    decontam = None
+    if plan.decontam is not None:
+        docs, decontam = docs | "Decontaminate" >> DecontaminateDocuments(
+            plan.decontam, plan.decontam_files, plan.decontam_sets, plan.decontam_keys, _json_values(plan),
+            plan.output_dir, dead_letter_parts,
+            storage_dir=fs.join(plan.storage_dir, "decontaminate") if plan.storage_dir else None,
+            process_cpus=plan.process_cpus)
     if plan.chat is not None:
-        encode, label = _encode_conversations(keyed), "EncodeConversations"
-    else:
-        encode, label = _tokenize(plan), "TokenizeDocuments"
-    if plan.decontam is None:
-        return docs | label >> encode, None
-    return docs | "Decontaminate" >> DecontaminateDocuments(
-        plan.decontam, plan.decontam_files, plan.decontam_sets, plan.decontam_keys, _json_values(plan), encode,
-        plan.output_dir, dead_letter_parts,
-        storage_dir=fs.join(plan.storage_dir, "decontaminate") if plan.storage_dir else None,
-        process_cpus=plan.process_cpus)
+        return docs | "EncodeConversations" >> _encode_conversations(keyed), decontam
+    return docs | "TokenizeDocuments" >> _tokenize(plan), decontam
 
 
 def _dedup(plan: JobPlan, tokens, dead_letter_parts):

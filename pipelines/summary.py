@@ -37,7 +37,7 @@ def summary_line(params: dict, output_dir: str, seconds: float) -> str:
                  + (f"; {removed} records removed, see {fs.join(output_dir, LANGUAGE_DIR)}" if removed else "") + ".")
     if "decontamination" in params:
         d = params["decontamination"]
-        tail += (f" Decontamination: {d['documents_removed']} records removed ({d['tokens_removed']} tokens), "
+        tail += (f" Decontamination: {d['documents_removed']} records removed ({d['characters_removed']} characters), "
                  f"{d['ngrams_matched']} evaluation n-grams found, {d['ngrams_boilerplate']} left out as "
                  f"boilerplate; see {fs.join(output_dir, LISTING_DIR)}.")
     if "outputs" in params:  # a split job: one dataset per output

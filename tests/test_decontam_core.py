@@ -9,8 +9,13 @@ import numpy as np
 import pytest
 
 from tests.helpers import SHARED
-from transforms.core.decontam import (CUT, DecontamConfig, EvalIndex, build_index, cut, find_matches, item_ngrams,
-                                      ngram_hashes, unit_spans, units)
+from transforms.core.decontam import (CUT, DecontamConfig, EvalIndex, ItemCatalog, build_index, capped, catalog_of,
+                                      check_decontam, cut, decontam_section, find_matches, item_ngrams,
+                                      listing_record, merge_indexes, ngram_hashes, record_evidence, record_texts,
+                                      unit_spans, units, verdict)
+from transforms.core.dedup import node_of
+from transforms.core.records import GroupId
+from transforms.core.stats import Stats
 
 QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How "
             "many clips did Natalia sell altogether in April and May?")  # GSM8K's first training question
@@ -202,3 +207,268 @@ def test_a_config_refuses_what_cannot_be_run():
     assert (zero.max_docs, zero.margin, zero.min_piece, zero.max_splits) == (1, 0, 0, 0)
     with pytest.raises(ValueError, match="max_docs must be >= 1, got 0"):  # (0: no n-gram would be evidence)
         DecontamConfig(max_docs=0)
+
+
+# --- The evaluation files' indexes merged, and where each item is. ---
+
+TEN = "one two three four five six seven eight nine ten"
+
+
+def _same_index(a: EvalIndex, b: EvalIndex) -> None:
+    assert a.lengths == b.lengths and (a.items, a.short) == (b.items, b.short)
+    for length in a.lengths:
+        assert np.array_equal(a.hashes[length], b.hashes[length]) and a.hashes[length].dtype == np.uint64
+        assert np.array_equal(a.owners[length], b.owners[length]) and a.owners[length].dtype == np.int64
+
+
+def test_a_catalog_names_each_items_file_line_and_field():
+    """catalog_of: one file's items, their lines and fields (each distinct name once, in order of first use); the
+    catalog is what build_index is given, and describe() names an item in plain ints and strings."""
+    catalog = catalog_of("evals/a.jsonl", [1, 1, 3, 7], ["question", "answer", "question", "context"])
+    assert catalog.sources == ("evals/a.jsonl",) and catalog.names == ("question", "answer", "context")
+    assert catalog.starts.tolist() == [0] and catalog.starts.dtype == np.int64
+    assert catalog.lines.tolist() == [1, 1, 3, 7] and catalog.lines.dtype == np.int64
+    assert catalog.fields.tolist() == [0, 1, 0, 2] and catalog.fields.dtype == np.int32
+    assert [catalog.describe(i) for i in range(4)] == [
+        {"file": "evals/a.jsonl", "line": 1, "field": "question"},
+        {"file": "evals/a.jsonl", "line": 1, "field": "answer"},
+        {"file": "evals/a.jsonl", "line": 3, "field": "question"},
+        {"file": "evals/a.jsonl", "line": 7, "field": "context"}]
+    assert type(catalog.describe(3)["line"]) is int  # (the listing is JSON)
+    empty = catalog_of("evals/empty.jsonl", [], [])
+    assert empty.names == () and empty.lines.shape == (0,) and empty.fields.shape == (0,)
+    assert empty.lines.dtype == np.int64 and empty.fields.dtype == np.int32
+    config = DecontamConfig()
+    index = build_index([QUESTION, "too short", TEN, QUESTION], config, catalog)
+    assert index.catalog is catalog and (index.items, index.short) == (4, 1)
+    assert build_index([QUESTION], config).catalog is None
+
+
+def test_merged_indexes_are_the_index_of_all_items_in_file_order():
+    """merge_indexes of each file's index is build_index over the files' items one after the other: the same
+    hashes, owners (numbered across the files), items and short ones; an n-gram several files hold is owned by
+    the first file's item, even where a later file's own ordinal is smaller."""
+    config = DecontamConfig()
+    a = [QUESTION, "too short", TEN]
+    b = ["short again", "Context: " + QUESTION + " Answer it.", TEN.upper(),
+         "alpha beta gamma delta epsilon zeta eta theta"]
+    c = ["one more short one"]
+    parts = [build_index(a, config), build_index(b, config), build_index([], config), build_index(c, config)]
+    merged = merge_indexes(parts)
+    _same_index(merged, build_index(a + b + c, config))
+    assert (merged.items, merged.short, merged.lengths, len(merged)) == (8, 3, (8, 10, 13), 24)
+    assert merged.catalog is None
+    # TEN is file a's item 2 and file b's item 2 (5 in all): a's owns it; the 8-unit item is b's item 3 (6).
+    assert merged.owners[10].tolist() == [2] and merged.owners[8].tolist() == [6]
+    context = set(ngram_hashes([b[1]], 13)[0].tolist()) - set(ngram_hashes([QUESTION], 13)[0].tolist())
+    assert len(context) == 3
+    assert dict(zip(merged.hashes[13].tolist(), merged.owners[13].tolist())) == {
+        h: 4 if h in context else 0 for h in ngram_hashes([b[1]], 13)[0].tolist()}
+    # In the other order, b's items come first and own what they share.
+    reverse = merge_indexes(parts[::-1])
+    _same_index(reverse, build_index(c + [] + b + a, config))
+    assert reverse.owners[10].tolist() == [3] and set(reverse.owners[13].tolist()) == {2}
+    nothing = merge_indexes([])
+    assert (nothing.hashes, nothing.items, nothing.short, nothing.catalog) == ({}, 0, 0, None)
+
+
+def test_a_merged_catalog_names_items_across_file_boundaries():
+    """The files' catalogs, one after the other: each item described by its own file (a file of no items in the
+    middle takes none), its line, and its field (the names of all files, each once, renumbered)."""
+    config = DecontamConfig()
+    first = build_index([QUESTION, "too short", TEN], config,
+                        catalog_of("a.jsonl", [1, 1, 2], ["question", "answer", "question"]))
+    empty = build_index([], config, catalog_of("b.jsonl", [], []))
+    last = build_index([TEN, QUESTION], config, catalog_of("c.jsonl", [5, 9], ["answer", "context"]))
+    merged = merge_indexes([first, empty, last])
+    catalog = merged.catalog
+    assert isinstance(catalog, ItemCatalog) and catalog.sources == ("a.jsonl", "b.jsonl", "c.jsonl")
+    assert catalog.starts.tolist() == [0, 3, 3] and catalog.lines.tolist() == [1, 1, 2, 5, 9]
+    assert catalog.names == ("question", "answer", "context") and catalog.fields.tolist() == [0, 1, 0, 1, 2]
+    assert catalog.fields.dtype == np.int32 and catalog.lines.dtype == np.int64
+    assert [catalog.describe(i) for i in range(5)] == [
+        {"file": "a.jsonl", "line": 1, "field": "question"}, {"file": "a.jsonl", "line": 1, "field": "answer"},
+        {"file": "a.jsonl", "line": 2, "field": "question"}, {"file": "c.jsonl", "line": 5, "field": "answer"},
+        {"file": "c.jsonl", "line": 9, "field": "context"}]
+    assert merged.owners[10].tolist() == [2] and set(merged.owners[13].tolist()) == {0}
+    # A catalog of one part of no items alone, and of a first part of no items.
+    alone = merge_indexes([empty]).catalog
+    assert alone.sources == ("b.jsonl",) and alone.names == () and alone.lines.tolist() == []
+    assert alone.fields.dtype == np.int32
+    again = merge_indexes([empty, last]).catalog
+    assert again.starts.tolist() == [0, 0] and again.describe(0) == {"file": "c.jsonl", "line": 5, "field": "answer"}
+    assert again.names == ("answer", "context") and again.fields.tolist() == [0, 1]
+
+
+def test_indexes_with_and_without_a_catalog_are_not_merged():
+    config = DecontamConfig()
+    known = build_index([TEN], config, catalog_of("a.jsonl", [1], ["text"]))
+    unknown = build_index([TEN], config)
+    for parts in ([known, unknown], [unknown, known], [unknown, unknown, known]):
+        with pytest.raises(ValueError) as e:
+            merge_indexes(parts)
+        assert str(e.value) == "merge_indexes: some parts have a catalog and others none"
+    assert merge_indexes([unknown, unknown]).catalog is None
+
+
+# --- A record's texts and evidence, the verdict, the listing, data_params.json and verify. ---
+
+def test_a_records_texts_are_its_values_or_the_strings_inside_its_json_ones():
+    assert record_texts(["plain", '{"a": "b"}'], [False, False]) == ["plain", '{"a": "b"}']
+    conversation = ('{"messages": [{"role": "user", "content": "Hi there"}, {"role": "assistant", "content": '
+                    '"Hello", "n": 3, "ok": true, "none": null, "w": 1.5}], "id": 7}')
+    assert record_texts([conversation], [True]) == ["user", "Hi there", "assistant", "Hello"]
+    nested = '[["a", ["b", 2, false]], {"c": {"d": "e"}, "key": []}, "f"]'
+    assert record_texts(["first", nested, "last"], [False, True, False]) == ["first", "a", "b", "e", "f", "last"]
+    assert record_texts(['"just text"', "3", "null", "{}"], [True] * 4) == ["just text"]
+    assert record_texts(['{"a": "unfinished', "not json at all"], [True, True]) == ['{"a": "unfinished',
+                                                                                    "not json at all"]
+    assert record_texts([], []) == []
+
+
+_EVAL = ["a b c d", "x y z", "b c d", "p q"]  # ngram 3: the last too short; "b c d" is item 0's
+
+
+def _signed(text: str) -> list[int]:
+    return ngram_hashes([text], 3)[0].view(np.int64).tolist()
+
+
+def test_a_records_evidence_is_each_ngram_once_at_its_first_place():
+    """Per record, each evaluation n-gram it holds once: (its hash as a signed int64, its owner, (text << 32) |
+    first unit of its first place), in order of place; no n-gram runs from one text, or record, into the next."""
+    config = DecontamConfig(ngram=3, min_ngram=3)
+    index = build_index(_EVAL, config)
+    assert (index.items, index.short) == (4, 1)
+    abc, bcd, xyz = _signed("a b c")[0], _signed("b c d")[0], _signed("x y z")[0]
+    assert bcd < 0 <= abc and xyz >= 0  # a hash of 2**63 or more is negative
+    assert bcd == int(ngram_hashes(["b c d"], 3)[0][0]) - 2**64
+    records = [["x y z then a b c", "b c d", "a b c again"],  # the second a b c is not evidence again
+               ["a b", "c d"],  # not an n-gram: two texts
+               [],
+               ["nothing here", "q a b c d"],
+               ["x y"], ["z"],  # nor across records
+               ["b c d b c d"]]
+    evidence = record_evidence(records, index)
+    assert evidence == [
+        [(xyz, 1, 0), (abc, 0, 4), (bcd, 0, 1 << 32)],  # in order of place, not of owner
+        [], [],
+        [(abc, 0, (1 << 32) | 1), (bcd, 0, (1 << 32) | 2)],  # the record's own text index, not the batch's
+        [], [],
+        [(bcd, 0, 0)]]
+    assert all(type(h) is int for e in evidence for h, _, _ in e)
+    assert record_evidence([], index) == [] and record_evidence([["a b c"]], EvalIndex({})) == [[]]
+    # The first place of an n-gram found again in an earlier text of the record: the earlier one.
+    assert record_evidence([["q q", "q b c d", "b c d"]], index) == [[(bcd, 0, (1 << 32) | 1)]]
+
+
+def test_evidence_hashes_become_signed_at_exactly_2_to_the_63(monkeypatch):
+    """The unsigned hash's two's complement: 2**63 - 1 the last kept as it is, 2**63 the first made negative."""
+    from transforms.core import decontam
+
+    matches = [(0, 3, 2**63 - 1, 0), (1, 3, 2**63, 1), (2, 3, 2**64 - 1, 2), (3, 3, 0, 3)]
+    monkeypatch.setattr(decontam, "find_matches", lambda texts, index: [list(matches)])
+    assert record_evidence([["any text"]], EvalIndex({})) == [
+        [(2**63 - 1, 0, 0), (-2**63, 1, 1), (-1, 2, 2), (0, 3, 3)]]
+
+
+def test_an_ngrams_records_are_listed_up_to_the_cap():
+    members = ["r1", "r2", "r3"]
+    assert capped(3, members, 3) == (3, ["r1", "r2", "r3"])
+    assert capped(3, members, 3)[1] is members
+    assert capped(4, members + ["r4"], 3) == (4, [])
+    assert capped(0, [], 3) == (0, []) and capped(1, ["r1"], 1) == (1, ["r1"]) and capped(2, ["r1"], 1) == (2, [])
+
+
+def test_a_verdict_names_the_first_matchs_item_and_counts_ngrams_and_items():
+    evidence = [(-5, 2, 10), (7, 1, 3), (9, 1, 1 << 32), (11, 2, 4)]
+    assert verdict(evidence) == (1, 4, 2)
+    assert verdict([(-5, 3, 8)]) == (3, 1, 1)
+    assert verdict([(1, 0, 6), (2, 0, 5), (1, 4, 7)]) == (0, 2, 2)  # (a hash twice: counted once)
+    assert verdict(list(reversed(evidence))) == (1, 4, 2)
+
+
+def test_a_listing_line_names_the_record_the_reason_and_the_first_matchs_item():
+    item = {"file": "evals/a.jsonl", "line": 3, "field": "question"}
+    node = node_of(GroupId(2, 0, "/in/d/a.jsonl", "d/a.jsonl"), "", 41)
+    assert listing_record(node, 42, item, 5, 2) == {
+        "file": "d/a.jsonl", "line": 42, "step": "decontaminate", "reason": "contaminated", "item": item,
+        "ngrams": 5, "items": 2}
+    member = node_of(GroupId(2, 0, "/in/d/b.tar", "d/b.tar"), "x/y.txt", 0)
+    assert listing_record(member, 1, item, 1, 1) == {
+        "file": "d/b.tar", "member": "x/y.txt", "line": 1, "step": "decontaminate", "reason": "contaminated",
+        "item": item, "ngrams": 1, "items": 1}
+
+
+_SUMMARY = {"settings": {"ngram": 13, "min_ngram": 8, "action": "drop", "max_docs": 10},
+            "evaluation": {"sets": ["gsm8k"], "files": 1, "items": 7, "items_too_short": 1, "ngrams": 99},
+            "listed": 3, "matched": 12, "boilerplate": 2}
+
+
+def test_the_decontamination_section_counts_the_removed_records_in_total_and_per_source():
+    stats = Stats()
+    stats.add("decontam.documents.contaminated", 2, "/in/b.jsonl")
+    stats.add("decontam.characters.contaminated", 30, "/in/b.jsonl")
+    stats.add("decontam.documents.contaminated", 1, "/in/a.jsonl")
+    stats.add("decontam.characters.contaminated", 7, "/in/a.jsonl")
+    stats.add("documents_read", 10, "/in/c.jsonl")  # no decontamination counter: not a source of the section
+    stats.add("dropped.contaminated", 3, "/in/c.jsonl")
+    stats.add("decontam.characters.other", 4, "/in/d.jsonl")  # a decontamination counter: a source, of 0 and 0
+    section = decontam_section(_SUMMARY, stats)
+    assert section == {
+        "ngram": 13, "min_ngram": 8, "action": "drop", "max_docs": 10, "evaluation": _SUMMARY["evaluation"],
+        "documents_removed": 3, "characters_removed": 37, "listed": 3, "ngrams_matched": 12, "ngrams_boilerplate": 2,
+        "per_source": {"/in/a.jsonl": {"documents_removed": 1, "characters_removed": 7},
+                       "/in/b.jsonl": {"documents_removed": 2, "characters_removed": 30},
+                       "/in/d.jsonl": {"documents_removed": 0, "characters_removed": 0}}}
+    assert list(section["per_source"]) == ["/in/a.jsonl", "/in/b.jsonl", "/in/d.jsonl"]
+    # Counters as numpy ints (a batch's own) come out as plain ints: the section is JSON.
+    numpy = Stats()
+    numpy.totals["decontam.documents.contaminated"] = np.int64(3)
+    numpy.totals["decontam.characters.contaminated"] = np.int64(9)
+    numpy.sources["/in/a.jsonl"] = {"decontam.documents.contaminated": np.int64(3),
+                                    "decontam.characters.contaminated": np.int64(9)}
+    section = decontam_section(_SUMMARY, numpy)
+    assert json.dumps(section) and section["per_source"]["/in/a.jsonl"] == {"documents_removed": 3,
+                                                                          "characters_removed": 9}
+    assert type(section["documents_removed"]) is int and type(section["characters_removed"]) is int
+    none = decontam_section({**_SUMMARY, "listed": 0}, Stats())
+    assert (none["documents_removed"], none["characters_removed"], none["listed"], none["per_source"]) == (0, 0, 0, {})
+
+
+def test_the_decontamination_section_refuses_a_listing_that_disagrees():
+    stats = Stats()
+    stats.add("decontam.documents.contaminated", 2, "/in/a.jsonl")
+    with pytest.raises(RuntimeError) as e:
+        decontam_section(_SUMMARY, stats)
+    assert str(e.value) == "decontamination: 2 records removed, 3 listed"
+    with pytest.raises(RuntimeError, match="decontamination: 0 records removed, 3 listed"):
+        decontam_section(_SUMMARY, Stats())
+
+
+def test_verify_checks_each_count_of_the_decontamination_section():
+    """check_decontam: every count that disagrees named once; sections, inputs and listings missing parts count
+    0 (and a section without `listed` is named)."""
+    fine = {"documents_removed": 2, "listed": 2, "per_source": {"a": {"documents_removed": 1},
+                                                                "b": {"documents_removed": 1}}}
+    inp = {"dropped_by_reason": {"contaminated": 2, "duplicate_exact": 5}}
+    assert check_decontam(fine, inp, {"contaminated": 2}) == []
+    # A listing of the right size, of another reason in part.
+    assert check_decontam(fine, inp, {"contaminated": 1, "duplicate_exact": 1}) == [
+        "filtered/decontaminate/ lists 2 records (1 contaminated), decontamination.documents_removed is 2"]
+    assert check_decontam(fine, inp, {}) == [
+        "filtered/decontaminate/ lists 0 records (0 contaminated), decontamination.documents_removed is 2"]
+    assert check_decontam(fine, inp, {"contaminated": 3}) == [
+        "filtered/decontaminate/ lists 3 records (3 contaminated), decontamination.documents_removed is 2"]
+    assert check_decontam({}, {}, None) == ["decontamination.listed is None, 0 records were removed"]
+    assert check_decontam({"listed": 0}, {"dropped_by_reason": {"duplicate_exact": 1}}, {}) == []
+    assert check_decontam({"listed": 0, "per_source": {"a": {}}}, {}, None) == []
+    odd = {"documents_removed": 1, "listed": 1, "per_source": {"a": {"characters_removed": 4}}}
+    assert check_decontam(odd, {"dropped_by_reason": {"contaminated": 1}}, {"contaminated": 1}) == [
+        "decontamination.per_source removes 0 records, the total is 1"]
+    # Every count wrong at once: each problem named, in order.
+    wrong = {"documents_removed": 3, "listed": 2, "per_source": {"a": {"documents_removed": 1}}}
+    assert check_decontam(wrong, {"dropped_by_reason": {"contaminated": 4}}, None) == [
+        "decontamination.documents_removed is 3, input.dropped_by_reason.contaminated is 4",
+        "decontamination.per_source removes 1 records, the total is 3",
+        "decontamination.listed is 2, 3 records were removed",
+        "decontamination: the removed records are not listed (no filtered/decontaminate/ directory)"]

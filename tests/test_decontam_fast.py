@@ -102,3 +102,13 @@ def test_evidence_is_the_same_at_any_slice_size(texts, slice_chars):
     whole = D.record_evidence(records, index, slice_chars=1 << 30)
     assert sum(map(len, whole)) > 0
     assert D.record_evidence(records, index, slice_chars=slice_chars) == whole
+
+
+def test_the_code_points_the_table_skips_are_unassigned_or_private():
+    """_table looks at _ASSIGNED only: every other code point is Cn or Co, which it would keep as a letter."""
+    import unicodedata
+
+    looked = {cp for r in D._ASSIGNED for cp in r}
+    others = {unicodedata.category(chr(cp)) for cp in range(0x110000) if cp not in looked}
+    assert others <= {"Cn", "Co"}
+    assert D._classes()[0x10FFFD] == D._WORD and D._classes()[0xE0001] == D._GONE  # private use; a tag

@@ -3,15 +3,21 @@ decontamination's), each removed record counted for its reason and handed on to 
 
 from __future__ import annotations
 
+import json
+
+import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam import pvalue
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
 
 from transforms.core.dedup import DROP_REASONS, EXACT, NEAR, node_of
-from transforms.core.records import GroupId, Origins, TokenBatch
+from transforms.core.records import DeadLetterPart, GroupId, Origins, TokenBatch
 from transforms.core.stats import Stats
+from transforms.io.dead_letters import dead_letter_file_name
 from transforms.stages import removal as stage
-from transforms.stages.removal import APPLIED
+from transforms.stages.removal import APPLIED, RemoveRecords, WriteListing, unit_lines
 
 
 def _group(relpath: str = "d/a.jsonl", slice_index: int = 0, part=None, file_index: int = 4) -> GroupId:
@@ -161,3 +167,118 @@ def test_not_strict_a_record_dropped_before_is_neither_removed_nor_counted_again
                                          "dedup.tokens.exact": 2}
     assert applied == [(node_of(_group(), "", 2), EXACT, "why")]
     assert _apply((key, {"batch": [], "removed": [_r("", 0, EXACT)]}), strict=False) == ([], [])
+
+
+# ---------------------------------------------------------------- the composites, run in-process
+
+
+def _pipeline() -> beam.Pipeline:
+    return beam.Pipeline(options=PipelineOptions(["--runner", "FnApiRunner"]))
+
+
+def _seen(batch) -> tuple:
+    return (batch.group.relpath, batch.group.slice_index, [doc[0].tolist() for doc in batch.tokens],
+            batch.origins.index.tolist(), list(batch.origins.members or ()), sorted(batch.stats.totals.items()))
+
+
+def _three_batches():
+    a = _batch([[1, 2], [3], [4, 5, 6]], _group("d/a.jsonl"), members=["m", "n", "m"], indices=[0, 0, 1])
+    b = _batch([[7], [8, 9]], _group("e/b.jsonl", slice_index=1, part=0, file_index=5), indices=[3, 5])
+    c = _batch([[10]], _group("f/c.jsonl", slice_index=2, file_index=6))  # nothing to remove
+    return a, b, c
+
+
+CONTAMINATED = {"contaminated": "contaminated"}
+
+
+def test_remove_records_joins_each_batch_with_its_removals(tmp_path):
+    """RemoveRecords: each removal (node, kind, ...) reaches its record's batch (by relpath, packing group and
+    part; then member and index), which loses it, counted under the stage's reasons and prefix; every removal
+    applied comes out as APPLIED, as given; the batches wait in the storage directory."""
+    a, b, c = _three_batches()
+    removals = [(node_of(a.group, "n", 0), "contaminated", 7), (node_of(a.group, "m", 1), "contaminated", 8),
+                (node_of(b.group, "", 5), "contaminated", 9)]
+    p = _pipeline()
+    out = p | "Batches" >> beam.Create([a, b, c]) | RemoveRecords(
+        p | "Removals" >> beam.Create(removals), CONTAMINATED, "decontam.", "decontamination",
+        storage_dir=str(tmp_path / "waiting"))
+    counted = lambda docs, tokens: [("decontam.documents.contaminated", docs),  # noqa: E731
+                                    ("decontam.tokens.contaminated", tokens), ("dropped.contaminated", docs)]
+    assert_that(out["batches"] | beam.Map(_seen), equal_to([
+        ("d/a.jsonl", 0, [[1, 2]], [0], ["m"], counted(2, 4)),
+        ("e/b.jsonl", 1, [[7]], [3], [], counted(1, 2)),
+        ("f/c.jsonl", 2, [[10]], [0], [], [])]))
+    assert_that(out[APPLIED], equal_to(removals), label="Applied")
+    p.run().wait_until_finish()
+    assert len(list((tmp_path / "waiting").iterdir())) == 3  # each batch's tokens waited there
+
+
+def test_remove_records_fails_strict_and_passes_what_is_gone_otherwise():
+    """By default (strict) a removal of a record not in its batch fails the job, naming the step; not strict, it
+    is left (dropped before, counted there), and the rest removed."""
+    a, b, c = _three_batches()
+    removals = [(node_of(a.group, "m", 0), "contaminated", 1), (node_of(b.group, "", 4), "contaminated", 2)]
+    p = _pipeline()
+    _ = p | "Batches" >> beam.Create([a, b, c]) | RemoveRecords(
+        p | "Removals" >> beam.Create(removals), CONTAMINATED, "decontam.", "the step")
+    with pytest.raises(Exception, match=r"the step: records of group \('e/b.jsonl', 1, 0\) to remove were not "
+                                        r"found in it"):
+        p.run().wait_until_finish()
+    a, b, c = _three_batches()
+    p = _pipeline()
+    out = p | "Batches" >> beam.Create([a, b, c]) | RemoveRecords(
+        p | "Removals" >> beam.Create(removals), CONTAMINATED, "decontam.", "the step", strict=False)
+    assert_that(out["batches"] | beam.Map(_seen), equal_to([
+        ("d/a.jsonl", 0, [[3], [4, 5, 6]], [0, 1], ["n", "m"],
+         [("decontam.documents.contaminated", 1), ("decontam.tokens.contaminated", 2),
+          ("dropped.contaminated", 1)]),
+        ("e/b.jsonl", 1, [[7], [8, 9]], [3, 5], [], []),
+        ("f/c.jsonl", 2, [[10]], [0], [], [])]))
+    assert_that(out[APPLIED], equal_to(removals[:1]), label="Applied")
+    p.run().wait_until_finish()
+
+
+def test_unit_lines_and_the_listing_written(tmp_path):
+    """unit_lines: the dead-letter parts that say how many lines their unit read, as (relpath, (first group, end
+    group, lines)). WriteListing: each file's records in node order in OUT/<directory>/<its name>.jsonl, and the
+    count of all records written."""
+    parts = [DeadLetterPart("/in/d/a.jsonl", 0, 4, 0, [], False, None, "d/a.jsonl"),
+             DeadLetterPart("/in/d/a.jsonl", 0, 4, 1, [], False, 120, "d/a.jsonl"),
+             DeadLetterPart("/in/d/a.jsonl", 4, 9, 0, [], True, 0, "d/a.jsonl")]
+    group_a, group_b = _group("d/a.jsonl"), _group("e/b.jsonl", file_index=5)
+    records = [("d/a.jsonl", (node_of(group_a, "", 9), {"line": 10})),
+               ("e/b.jsonl", (node_of(group_b, "", 0), {"line": 1})),
+               ("d/a.jsonl", (node_of(group_a, "", 2), {"line": 3}))]
+    p = _pipeline()
+    lines = unit_lines(p | "Dead" >> beam.Create(parts))
+    assert_that(lines, equal_to([("d/a.jsonl", (0, 4, 120)), ("d/a.jsonl", (4, 9, 0))]), label="Lines")
+    written = p | "Records" >> beam.Create(records) | WriteListing(str(tmp_path / "out"), "filtered/x")
+    assert_that(written, equal_to([3]), label="Written")
+    p.run().wait_until_finish()
+    listing = tmp_path / "out" / "filtered" / "x"
+    assert sorted(f.name for f in listing.iterdir()) == sorted(
+        [dead_letter_file_name("d/a.jsonl"), dead_letter_file_name("e/b.jsonl")])
+    read = {rel: [json.loads(x) for x in (listing / dead_letter_file_name(rel)).read_text().splitlines()]
+            for rel in ("d/a.jsonl", "e/b.jsonl")}
+    assert read == {"d/a.jsonl": [{"line": 3}, {"line": 10}], "e/b.jsonl": [{"line": 1}]}
+
+
+def test_a_docbatch_waits_as_it_was_read_and_loses_its_records_counted_in_characters(tmp_path):
+    """Decontamination removes before tokenizing: a DocBatch spilled whole (its documents, statistics and
+    progress share) comes back the same, and loses the named records, each counted with its characters (every
+    value's)."""
+    from transforms.core.records import DocBatch, Document
+
+    docs = [Document(0, ("abc", "de")), Document(1, ("fgh",), "m"), Document(2, ("ij",))]
+    batch = DocBatch(_group(), docs, Stats(), progress_bytes=123)
+    key, waiting = stage._keyed(batch, str(tmp_path))
+    assert key == ("d/a.jsonl", 0, -1) and isinstance(waiting, stage._WaitingDocs)
+    back = stage._unspilled(waiting)
+    assert back.docs == docs and back.stats is batch.stats and back.progress_bytes == 123 and back.group == _group()
+    removed = [_r("", 0, "contaminated"), _r("m", 1, "contaminated")]
+    out, applied = _apply((key, {"batch": [waiting], "removed": removed}), reasons={"contaminated": "contaminated"},
+                          prefix="decontam.")
+    assert [d.index for d in out[0].docs] == [2] and out[0].progress_bytes == 123
+    assert dict(out[0].stats.totals) == {"dropped.contaminated": 2, "decontam.documents.contaminated": 2,
+                                         "decontam.characters.contaminated": 8}
+    assert [r[0][4] for r in applied] == [0, 1]

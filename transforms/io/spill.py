@@ -34,7 +34,8 @@ from transforms.core.records import GroupId
 from transforms.core.stats import Stats
 from transforms.io import fs
 
-__all__ = ["SpillRef", "spill_group", "load_spilled", "read_spilled", "find_spilled", "spill_tokens", "load_tokens"]
+__all__ = ["SpillRef", "spill_group", "load_spilled", "read_spilled", "find_spilled", "spill_tokens", "load_tokens",
+           "spill_docs", "load_docs"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +135,8 @@ def find_spilled(directory: str, group: GroupId) -> Optional[tuple[SpillRef, int
 
 # A mixture's tokenized groups wait for its plan (transforms.stages.mixture): on disk, not in the runner's memory.
 _TOKENS = ".tokens.npz"
+# Documents wait for decontamination's verdict (transforms.stages.decontam) as they were read.
+_DOCS = ".docs.pickle"
 
 
 def spill_tokens(directory: str, batch) -> SpillRef:
@@ -182,3 +185,22 @@ def load_tokens(ref: SpillRef, group: GroupId, stats: Stats):
         doc_stats = {name[len("stat."):]: data[name] for name in data.files if name.startswith("stat.")}
         return EncodedBatch(group, tokens, stats, doc_stats, positions=int(data["positions"]))
     return TokenBatch(group, tokens, stats, flat=flat0)
+
+
+def spill_docs(directory: str, batch) -> SpillRef:
+    """A DocBatch's documents (pickled: their texts, indices and members), under the group's key (a `docs`
+    suffix). Its statistics travel with the reference."""
+    import pickle
+
+    fs.makedirs(directory)
+    ref = SpillRef(directory, _key(batch.group) + ".d")
+    _put(ref.path(_DOCS), lambda f: f.write(pickle.dumps(batch.docs, protocol=pickle.HIGHEST_PROTOCOL)))
+    return ref
+
+
+def load_docs(ref: SpillRef) -> list:
+    """The documents `spill_docs` stored. The file stays until the job's temporary directory goes: a retried
+    bundle reads it again."""
+    import pickle
+
+    return pickle.loads(fs.read_bytes(ref.path(_DOCS)))

@@ -1,19 +1,20 @@
-"""DecontaminateDocuments: the records that hold an evaluation set's n-grams removed before the rows are built
+"""DecontaminateDocuments: the records that hold an evaluation set's n-grams removed before they are tokenized
 (issue #47).
 
     evaluation files ─ReadEvalIndex: a worker per file, then merged in file order─► one EvalIndex (side input)
-    DocBatch ─FindEvidence (the index)─► the batch as it was ─encode─► token batches ──────────────────┐
+    DocBatch ─FindEvidence (the index)─► the batch as it was ───────────────────────────────────────────┐
                                     └─► (n-gram hash, (node, item, where)) once per record and n-gram   │
         ─CombinePerKey hash, capped at max_docs + 1 records─► evidence (node, ...) | boilerplate (counted)│
         ─GroupByKey node─► (node, contaminated, the first match's item, n-grams, items) ─RemoveRecords───┴─►
-            the token batches without them, each counted dropped.contaminated
+            the batches without them, each counted dropped.contaminated
     removed records ─CoGroupByKey file (its units' line counts)─► OUT/filtered/decontaminate/<file>.jsonl
 
 A record is checked in the text the job tokenizes (normalized; a conversation's, or a preference pair's,
-every string: message contents), and removed once tokenized: it waits for the verdict as token ids, which the
-job already knows how to keep on disk, not as text. An n-gram found in more than max_docs training records is
-not evidence (GPT-3's rule): what a grouping holds for one n-gram is capped there, so a boilerplate n-gram in
-millions of records costs a count, not a list.
+every string: message contents). The batches wait for the verdict on disk, as they were read (transforms.io.spill),
+and are tokenized after it: the job's tokenizing, packing and compressing then run together as they do without
+this stage. An n-gram found in more than max_docs training records is not evidence (GPT-3's rule): what a
+grouping holds for one n-gram is capped there, so a boilerplate n-gram in millions of records costs a count, not
+a list.
 
 Every step is a function of the records and the evaluation set alone: the index is merged in file order (an
 n-gram is owned by the first item that holds it), the verdict is per record, so the output is the same on every
@@ -174,27 +175,25 @@ def _summary(listed: int, matched: int, boilerplate: int, index, settings: dict,
 
 
 class DecontaminateDocuments(beam.PTransform):
-    """PCollection[DocBatch] -> (the batches `encode` makes of them, without the contaminated records; a
-    singleton summary for data_params.json's `decontamination`).
+    """PCollection[DocBatch] -> (the batches without the contaminated records; a singleton summary for
+    data_params.json's `decontamination`).
 
     `files`: the evaluation files (`sets`: as the user named them), `keys` the fields of theirs that hold text
-    (None: every string); `json_values`: per value of a record, whether the job reads it as JSON; `encode`: the
-    PTransform that tokenizes the batches (TokenizeDocuments, EncodeConversations); `dead_letters`: the reader's
-    DeadLetterPart PCollection (the units' line counts number the listing's records as the dead letters are
-    numbered); `storage_dir`: where the tokenized batches wait for the verdict (None: in the runner);
+    (None: every string); `json_values`: per value of a record, whether the job reads it as JSON; `dead_letters`:
+    the reader's DeadLetterPart PCollection (the units' line counts number the listing's records as the dead
+    letters are numbered); `storage_dir`: where the batches wait for the verdict (None: in the runner);
     `process_cpus`: the cores a worker process may use (None: all of the machine's).
     """
 
     def __init__(self, config: DecontamConfig, files: Sequence[str], sets: Sequence[str],
-                 keys: Optional[Sequence[str]], json_values: tuple, encode: beam.PTransform, output_dir: str,
-                 dead_letters, *, storage_dir: Optional[str] = None, process_cpus: Optional[int] = None):
+                 keys: Optional[Sequence[str]], json_values: tuple, output_dir: str, dead_letters, *,
+                 storage_dir: Optional[str] = None, process_cpus: Optional[int] = None):
         super().__init__()
         self._config = config
         self._files = tuple(files)
         self._sets = tuple(sets)
         self._keys = keys
         self._json_values = tuple(json_values)
-        self._encode = encode
         self._output_dir = output_dir
         self._dead_letters = dead_letters
         self._storage_dir = storage_dir
@@ -207,7 +206,6 @@ class DecontaminateDocuments(beam.PTransform):
         find = _FindEvidence(self._json_values, self._process_cpus)
         found = docs | "FindEvidence" >> beam.ParDo(find, index).with_output_types(DocBatch).with_outputs(
             EVIDENCE, main="docs")
-        encoded = found.docs | "Encode" >> self._encode
         per_ngram = (found[EVIDENCE]
                      | "RecordsPerNgram" >> beam.CombinePerKey(_Records(cfg.max_docs))
                      | "Evidence" >> beam.FlatMap(_evidence).with_output_types(Tuple[Any, Any]).with_outputs(
@@ -215,10 +213,8 @@ class DecontaminateDocuments(beam.PTransform):
         removals = (per_ngram.evidence
                     | "GroupByRecord" >> beam.GroupByKey()
                     | "Verdicts" >> beam.Map(_verdict))
-        # Not strict: a conversation the encoder refused is dropped for its own reason, and counted once.
-        removed = encoded | "RemoveContaminated" >> RemoveRecords(
-            removals, {CONTAMINATED: CONTAMINATED}, COUNTER_PREFIX, "decontamination", strict=False,
-            storage_dir=self._storage_dir)
+        removed = found.docs | "RemoveContaminated" >> RemoveRecords(
+            removals, {CONTAMINATED: CONTAMINATED}, COUNTER_PREFIX, "decontamination", storage_dir=self._storage_dir)
         listed = ({"units": unit_lines(self._dead_letters), "removed": removed[APPLIED]
                    | "ByFile" >> beam.Map(lambda r: (r[0][1], r))}
                   | "JoinLines" >> beam.CoGroupByKey()

@@ -21,7 +21,8 @@ from apache_beam import pvalue
 
 from transforms.core.dedup import batch_key_of, line_numbering, node_of
 from transforms.io.listing import write_listing
-from transforms.io.spill import load_tokens, spill_tokens
+from transforms.core.records import DocBatch, Origins
+from transforms.io.spill import load_docs, load_tokens, spill_docs, spill_tokens
 from transforms.stages import coders  # noqa: F401  (registers the batches' coder)
 
 __all__ = ["RemoveRecords", "APPLIED", "unit_lines", "WriteListing", "ListRecords"]
@@ -45,13 +46,29 @@ class _Waiting:
     ref: object
 
 
+@dataclasses.dataclass
+class _WaitingDocs:
+    """A DocBatch waiting on disk (spill_docs): its group, statistics, progress share and where its documents
+    are."""
+
+    group: object
+    stats: object
+    progress_bytes: int
+    ref: object
+
+
 def _keyed(batch, directory: Optional[str]):
     if directory is None:
         return batch_key(batch), batch
+    if isinstance(batch, DocBatch):
+        return batch_key(batch), _WaitingDocs(batch.group, batch.stats, batch.progress_bytes,
+                                              spill_docs(directory, batch))
     return batch_key(batch), _Waiting(batch.group, batch.stats, batch.origins, spill_tokens(directory, batch))
 
 
 def _unspilled(batch):
+    if isinstance(batch, _WaitingDocs):
+        return DocBatch(batch.group, load_docs(batch.ref), batch.stats, batch.progress_bytes)
     if not isinstance(batch, _Waiting):
         return batch
     loaded = load_tokens(batch.ref, batch.group, batch.stats)
@@ -59,8 +76,20 @@ def _unspilled(batch):
     return loaded
 
 
+def _parts(batch) -> tuple:
+    """(its records' origins, what is counted of each record removed: (name, int64 per record), the batch of
+    the records at some indices): a DocBatch's characters, before tokenizing; else its tokens."""
+    if isinstance(batch, DocBatch):
+        docs = batch.docs
+        sizes = np.fromiter((sum(map(len, d.values)) for d in docs), dtype=np.int64, count=len(docs))
+        return (Origins.of(docs), ("characters", sizes),
+                lambda keep: dataclasses.replace(batch, docs=[docs[i] for i in keep.tolist()]))
+    return batch.origins, ("tokens", batch.token_counts()), lambda keep: batch.take(keep, batch.group, batch.stats)
+
+
 def _apply(item, reasons: Mapping[str, str], prefix: str, step: str, strict: bool):
-    """A batch without its removed records; each counted dropped for its kind's reason, with its tokens.
+    """A batch without its removed records; each counted dropped for its kind's reason, with its tokens (a
+    DocBatch's: its characters).
 
     `strict`: every record to remove is in the batch (deduplication, which runs on the batches themselves); else
     one that is not was dropped before for another reason (a conversation its template refused) and stays counted
@@ -76,27 +105,28 @@ def _apply(item, reasons: Mapping[str, str], prefix: str, step: str, strict: boo
     if not removed:
         yield batch
         return
-    origins = batch.origins
-    found = [removed.get((origins.member(i), int(origins.index[i]))) for i in range(len(batch.tokens))]
+    origins, (measure, sizes), take = _parts(batch)
+    found = [removed.get((origins.member(i), int(origins.index[i]))) for i in range(len(sizes))]
     kinds = [r[1] if r is not None else None for r in found]
     if strict and len(removed) != sum(k is not None for k in kinds):
         raise RuntimeError(f"{step}: records of group {key} to remove were not found in it")
-    counts, stats, source = batch.token_counts(), batch.stats, batch.group.source
+    stats, source = batch.stats, batch.group.source
     for kind, reason in reasons.items():
         mask = np.array([k == kind for k in kinds], dtype=bool)
         if mask.any():
             stats.add(f"dropped.{reason}", int(mask.sum()), source)
             stats.add(f"{prefix}documents.{kind}", int(mask.sum()), source)
-            stats.add(f"{prefix}tokens.{kind}", int(counts[mask].sum()), source)
+            stats.add(f"{prefix}{measure}.{kind}", int(sizes[mask].sum()), source)
     keep = np.array([i for i, k in enumerate(kinds) if k is None], dtype=np.int64)
     for removal in found:
         if removal is not None:
             yield pvalue.TaggedOutput(APPLIED, removal)
-    yield batch.take(keep, batch.group, stats)
+    yield take(keep)
 
 
 class RemoveRecords(beam.PTransform):
-    """PCollection[TokenBatch | EncodedBatch] -> {batches: the batches without the records `removals` names,
+    """PCollection[DocBatch | TokenBatch | EncodedBatch] -> {batches: the batches without the records `removals`
+    names,
     APPLIED: the removal of each record removed}.
 
     `removals`: PCollection of tuples (node, kind, ...), kind a key of `reasons` (kind -> the drop reason counted);
