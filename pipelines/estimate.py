@@ -42,7 +42,7 @@ from transforms.core.estimate import (Interval, MixturePrediction, Stratum, attr
 from transforms.core.mixture import targets
 from transforms.core.modes import PAIR
 from transforms.core.normalize import normalized_document
-from transforms.core.records import Document, Rewritten
+from transforms.core.records import Document, JsonKey, Rewritten
 from transforms.io.readers import file_size, read_records
 from transforms.io.sample import by_byte, coin_records, draw_lines, lines_around
 
@@ -203,7 +203,7 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     notes = []
     sample_tokens = 0  # what the job on the sample tokenizes
     sample_by_source = [0] * n_sources  # of which each mixture source's
-    count = _Counter(record_check(plan), _Tokens(plan), plan.splits)
+    count = _Counter(record_check(plan), _Tokens(plan), plan.splits, _Filters(plan))
     shares, sample_paths = [], []  # per file: its documents in the job on the sample, and where they were written
     # Bytes on disk by document (`_document_costs`) where the sample job's rows can be told apart by document.
     by_document = plan.traits.packed_windows and not plan.traits.fim and plan.mixture is None and job
@@ -292,6 +292,10 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
     elif plan.splits is not None:  # (a mixture has no subsets: the configuration refuses them together)
         outputs = _mixture_outputs(plan, mixed, documents, [combine(per).value for per in strata["squares"]],
                                    job_params, _groups(plan, sizes, mixed))
+    if config.decontaminate:
+        notes.append("decontamination: a sampled record holding an evaluation n-gram is counted removed (the "
+                     "boilerplate rule, an n-gram in more than decontaminate_max_docs of the corpus' records, cannot "
+                     "be applied to a sample): the prediction is of at most the records the job keeps")
     if config.dedup:
         # A sample holds few of a record's copies: it cannot say how many of the corpus' records are duplicates.
         notes.append("dedup: only the sample's own duplicates are removed, not the corpus': the prediction is of the "
@@ -337,13 +341,63 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
                     plan.mixture.total_tokens if plan.mixture else None, outputs)
 
 
+class _Filters:
+    """Which records the job's language identification (--languages) and decontamination keep, decided for each
+    record as the job decides it. A sample cannot apply decontamination's boilerplate rule (an n-gram in more
+    than decontaminate_max_docs of the corpus' records), so a sampled record holding any evaluation n-gram counts
+    removed: the prediction is then of at most the records the job keeps."""
+
+    def __init__(self, plan):
+        self._plan = plan
+        self._json = tuple(isinstance(k, JsonKey) for k in plan.keys)
+        self._model = self._index = None
+        if plan.langid is not None and plan.langid.languages:
+            from transforms.core.langid import load_model
+
+            self._model = load_model()
+        if plan.decontam is not None:
+            from transforms.core.decontam import build_index, merge_indexes
+            from transforms.io.eval_sets import read_eval_items
+
+            self._index = merge_indexes([build_index((i.text for i in read_eval_items(path, plan.decontam_keys)),
+                                                     plan.decontam) for path in plan.decontam_files])
+
+    def __bool__(self) -> bool:
+        return self._model is not None or self._index is not None
+
+    def keep(self, docs: list) -> list[bool]:
+        from transforms.core.decontam import record_evidence, record_texts
+        from transforms.core.langid import decide, scores_of, texts_of
+
+        plan = self._plan
+        texts = [record_texts(self._values(d), self._json) for d in docs]
+        keep = [True] * len(docs)
+        if self._model is not None:
+            keep = [decide(scores_of(self._model, texts_of(t)), plan.langid)[2] for t in texts]
+        if self._index is not None:
+            evidence = record_evidence([t if k else [] for t, k in zip(texts, keep)], self._index)
+            keep = [k and not e for k, e in zip(keep, evidence)]
+        return keep
+
+    def _values(self, doc) -> tuple:
+        """A record's values as the job's steps see them: normalized (keys joined as the reader joins them), but a
+        conversation's, which are checked as read."""
+        plan = self._plan
+        if plan.chat is not None:
+            return doc.values
+        if plan.join_keys and len(doc.values) > 1:
+            doc = Document(doc.index, ("\n\n".join(doc.values),), doc.member)
+        return normalized_document(doc, plan.normalize)[0].values
+
+
 class _Counter:
     """(1, its tokens, its output) for a record the job would use, (0, 0, -1) for one it would not (a bad record,
-    or one the reader's check refuses). The output is the index of the dataset a split job writes it to (the
-    job's own draw, `SplitPlan.route`), 0 without splits."""
+    one the reader's check refuses, one its language or decontamination removes). The output is the index of the
+    dataset a split job writes it to (the job's own draw, `SplitPlan.route`), 0 without splits."""
 
-    def __init__(self, check, tokens: _Tokens, splits=None):
+    def __init__(self, check, tokens: _Tokens, splits=None, filters: Optional[_Filters] = None):
         self._check, self._tokens, self._splits = check, tokens, splits
+        self._filters = filters if filters else None
 
     @property
     def outputs(self) -> int:
@@ -351,6 +405,11 @@ class _Counter:
 
     def __call__(self, records: list, relpath: str = "") -> list[tuple[int, int, int]]:
         docs = [_checked(self._check, r) if isinstance(r, Document) else None for r in records]
+        if self._filters is not None:
+            present = [i for i, d in enumerate(docs) if d is not None]
+            for i, keep in zip(present, self._filters.keep([docs[i] for i in present])):
+                if not keep:
+                    docs[i] = None
         lengths, values = self._tokens.count([d for d in docs if d is not None])
         if self._splits is not None:
             subset = self._splits.subset_index(relpath)
@@ -427,8 +486,11 @@ def _by_byte(plan, count: _Counter, f, size: int, fraction: float, seed: int, wo
                 out.write(data)
                 written.append((t, k, len(data)))
     # Records: the density of line ends in windows at the drawn offsets (a line drawn by its bytes says little
-    # about the short ones), times the share of drawn lines that are documents.
-    good = sum(u for u, _, _ in per_line) / max(len(per_line), 1)
+    # about the short ones), times the share of the file's lines that are documents the job uses: each drawn line
+    # weighed by one over its bytes, as it was drawn in proportion to them (a language the job removes may be
+    # written in longer lines than the one it keeps).
+    weights = [1 / max(n, 1) for n in draws.lengths]
+    good = sum(u * w for (u, _, _), w in zip(per_line, weights)) / max(sum(weights), 1e-300)
     whole = (by_bytes(size, draws.window_bytes, [e * good for e in draws.window_ends]),
              by_bytes(size, draws.lengths, [t for _, t, _ in per_line]),
              by_bytes(size, draws.lengths, [int(t > 0) for _, t, _ in per_line]),

@@ -281,3 +281,22 @@ def test_an_evaluation_set_without_files_fails_before_the_job(planted, tmp_path)
     assert main(_args(planted["root"] / "in", tmp_path / "out", "--decontaminate", str(tmp_path / "empty"))
                 + RUNNER) != 0
     assert not (tmp_path / "out" / "data_params.json").exists()
+
+
+def test_the_estimate_counts_the_sampled_records_the_evaluation_set_removes(planted, job, capsys):
+    """estimate finds each sampled record's evidence as the job does, without the boilerplate rule (which needs
+    the corpus): it says so, and its documents are at most those the job keeps, give or take its interval."""
+    from pipelines.create_hdf5_dataset import main
+
+    out, params = job
+    argv = [a for a in _args(planted["root"] / "in", "unused", "--decontaminate", planted["eval"])
+            if a not in ("--output_dir", "unused")]
+    assert main(["estimate", *argv, "--sample", "100%", *RUNNER]) == 0
+    printed = capsys.readouterr().out
+    assert "note: decontamination: a sampled record holding an evaluation n-gram is counted removed" in printed
+    documents = next(line for line in printed.splitlines() if line.strip().startswith("documents"))
+    value = float(documents.split()[1])
+    # The job keeps the 11 records of the boilerplate item; the estimate counts them removed. (Its interval does
+    # not hold the sampling error of the share of lines kept: a known gap, left to issue #44.)
+    kept_by_estimate = params["input"]["used"] - 11
+    assert abs(value - kept_by_estimate) <= 0.05 * kept_by_estimate

@@ -196,3 +196,19 @@ def test_bad_language_settings_are_refused_by_name(flags, message, tmp_path):
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         load_config(_args(tmp_path, tmp_path / "out", *flags) + RUNNER)
+
+
+def test_the_estimate_counts_only_the_records_the_language_keeps(tmp_path, capsys):
+    """estimate decides each sampled record's language as the job does: its documents are those kept."""
+    from pipelines.create_hdf5_dataset import main
+
+    (tmp_path / "in").mkdir()
+    lines = [json.dumps({"text": f"{k}. {t}"}) for k in range(30) for t in TEXTS.values()]
+    (tmp_path / "in" / "a.jsonl").write_text("\n".join(lines) + "\n")
+    argv = [a for a in _args(tmp_path / "in", "unused", "--languages", "en,de") if a not in ("--output_dir", "unused")]
+    assert main(["estimate", *argv, "--sample", "100%", *RUNNER]) == 0
+    out = capsys.readouterr().out
+    documents = next(line for line in out.splitlines() if line.strip().startswith("documents"))
+    low, high = (float(x) for x in documents.split("95%: ")[1].split(",")[0].split("-"))
+    job = run_job(_args(tmp_path / "in", tmp_path / "out", "--languages", "en,de"))
+    assert job["input"]["used"] == 60 and low <= 60 <= high and high < 100
