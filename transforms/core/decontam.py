@@ -183,18 +183,24 @@ def _ascii_values() -> np.ndarray:
 def _code_values(cps: np.ndarray) -> np.ndarray:
     """Each code point's value in a unit's hash: the code point + 1, mixed (uint8 arrays: ASCII, looked up)."""
     if cps.dtype == np.uint8:
-        return _ascii_values()[cps]
+        return np.take(_ascii_values(), cps)
     return _mix64_in_place(cps.astype(np.uint64) + np.uint64(1))
 
 
 def _unit_hash_values(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """A 64-bit hash per unit, from its code points' values (_code_values; the units' back to back, each
-    starting at `starts`): the sum of each value times base^(its place in the unit), the unit's length mixed in."""
-    lengths = np.diff(np.append(starts, len(values)))
-    offset = np.arange(len(values), dtype=np.int64) - np.repeat(starts, lengths)
+    starting at `starts`): the sum of each value times base^(its place in the unit), the unit's length mixed in.
+
+    By prefix sums, as the n-grams are: with P[j] the sum of value[t] base^t over t < j, a unit [a, b) is
+    (P[b] - P[a]) base^-a: a pass over the characters and one over the units."""
+    n = len(values)
+    prefix = np.empty(n + 1, dtype=np.uint64)
+    prefix[0] = 0
     # (uint64 arrays wrap silently: no overflow to silence)
-    terms = values * _powers(_NGRAM_BASE, int(lengths.max()))[offset]
-    return _mix64_in_place(np.add.reduceat(terms, starts) ^ lengths.astype(np.uint64))
+    np.cumsum(values * _powers(_NGRAM_BASE, n), out=prefix[1:])
+    ends = np.append(starts[1:], n)
+    lengths = (ends - starts).astype(np.uint64)
+    return _mix64_in_place((prefix[ends] - prefix[starts]) * _powers(_NGRAM_INVERSE, n)[starts] ^ lengths)
 
 
 def unit_hashes(words: Sequence[str]) -> np.ndarray:
@@ -210,18 +216,18 @@ def unit_hashes(words: Sequence[str]) -> np.ndarray:
 def _units_of(cps: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """_batch_units over case-folded texts given as one array of code points (uint8: all ASCII; uint32), the
     texts one after the other with a space between, and each text's length."""
-    cls = _classes()[cps]
+    # (np.take: a gather, quicker than indexing; ASCII's classes from a table of its own, in cache)
+    cls = np.take(_classes()[:128] if cps.dtype == np.uint8 else _classes(), cps)
     kept = np.flatnonzero(cls != _GONE)  # (where each kept character was: its text)
-    cps, cls = cps[kept], cls[kept]
+    cps, cls = np.take(cps, kept), np.take(cls, kept)
     word = cls == _WORD
     start = (cls == _ALONE) | (word & ~np.concatenate(([False], word[:-1])))
     in_unit = np.flatnonzero(cls != _SPACE)
-    start, kept = start[in_unit], kept[in_unit]
-    starts = np.flatnonzero(start)
+    starts = np.flatnonzero(np.take(start, in_unit))
     if not len(starts):
         return np.zeros(0, dtype=np.uint64), np.zeros(len(lens), dtype=np.int64)
-    text_of = np.searchsorted(np.cumsum(lens + 1), kept[starts], side="right")
-    return (_unit_hash_values(_code_values(cps[in_unit]), starts),
+    text_of = np.searchsorted(np.cumsum(lens + 1), np.take(kept, np.take(in_unit, starts)), side="right")
+    return (_unit_hash_values(_code_values(np.take(cps, in_unit)), starts),
             np.bincount(text_of, minlength=len(lens)).astype(np.int64))
 
 
