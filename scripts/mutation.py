@@ -91,8 +91,11 @@ MODULES = {
     "dedup_io": (("transforms/io/dedup_index.py", "transforms/io/listing.py"), ["tests/test_dedup_io.py"]),
     "dedup_stage": ("transforms/stages/dedup.py", ["tests/test_dedup_steps.py"]),
     "dedup_stage_jobs": ("transforms/stages/dedup.py", ["tests/test_dedup_steps.py", "tests/test_dedup_job.py"]),
+    # What the stages that remove records share (dedup's, decontamination's, the filters' listings): the join's pure
+    # steps, and its Beam composites (RemoveRecords, WriteListing, ListRecords) run in-process on a few batches.
+    "removal_stage": ("transforms/stages/removal.py", ["tests/test_removal.py"]),
     # Decontamination (issue #47): its pure core, and the evaluation sets' reader.
-    "decontam": ("transforms/core/decontam.py", ["tests/test_decontam_core.py"]),
+    "decontam": ("transforms/core/decontam.py", ["tests/test_decontam_core.py", "tests/test_decontam_fast.py"]),
     "eval_sets": ("transforms/io/eval_sets.py", ["tests/test_eval_sets.py"]),
     "hooks210": ("transforms/core/hooks210.py", ["tests/test_hooks210.py", "tests/test_hook_loading.py"]),
     "regions": ("transforms/core/regions.py", ["tests/test_regions.py", "tests/test_hooks210.py"]),

@@ -385,6 +385,10 @@ def test_a_verdict_names_the_first_matchs_item_and_counts_ngrams_and_items():
     assert verdict([(-5, 3, 8)]) == (3, 1, 1)
     assert verdict([(1, 0, 6), (2, 0, 5), (1, 4, 7)]) == (0, 2, 2)  # (a hash twice: counted once)
     assert verdict(list(reversed(evidence))) == (1, 4, 2)
+    # Two items' n-grams at the same first place (a 13-unit n-gram and a shorter item's whole one): the smaller
+    # item, in any order the grouping gives them.
+    tied = [(21, 4, 0), (22, 2, 0), (23, 3, 0), (24, 1, 5)]
+    assert {verdict(order) for order in (tied, tied[::-1], tied[1:] + tied[:1])} == {(2, 4, 4)}
 
 
 def test_a_listing_line_names_the_record_the_reason_and_the_first_matchs_item():
@@ -472,3 +476,60 @@ def test_verify_checks_each_count_of_the_decontamination_section():
         "decontamination.per_source removes 1 records, the total is 3",
         "decontamination.listed is 2, 3 records were removed",
         "decontamination: the removed records are not listed (no filtered/decontaminate/ directory)"]
+
+
+# --- What bounds the memory of indexing and matching: slices of records, the filter's size. ---
+
+def test_slices_end_at_the_item_that_reaches_the_limit_and_the_last_holds_the_rest():
+    from transforms.core.decontam import slices
+
+    assert list(slices([3, 2, 5, 1], 5)) == [(0, 2), (2, 3), (3, 4)]
+    assert list(slices([5, 4, 1], 5)) == [(0, 1), (1, 3)]  # each run counted from 0
+    assert list(slices([4, 5], 10)) == [(0, 2)]  # the rest, under the limit
+    assert list(slices([5], 5)) == [(0, 1)] and list(slices([], 5)) == []  # no empty run after the last
+    assert list(slices([0, 0, 7, 0], 1)) == [(0, 3), (3, 4)]
+
+
+def test_an_index_is_built_a_slice_of_items_at_a_time(monkeypatch):
+    """build_index hands _index_slice runs of items of SLICE_CHARS characters or more (each run's items
+    numbered after the last's), the rest last; the index is the same as of one run."""
+    from transforms.core import decontam
+
+    config = DecontamConfig(ngram=2, min_ngram=1)
+    items = ["aaaa", "bb cc", "d", "aaaa", "bb cc", "d", "eee"]  # 4 + 5 + 1 characters: 10, twice, and 3
+    whole = build_index(items, config)
+    calls = []
+    original = decontam._index_slice
+
+    def spy(texts, first, config, found):
+        calls.append((list(texts), first))
+        return original(texts, first, config, found)
+
+    monkeypatch.setattr(decontam, "_index_slice", spy)
+    monkeypatch.setattr(decontam, "SLICE_CHARS", 10)
+    sliced = build_index(items, config)
+    assert calls == [(items[:3], 0), (items[3:6], 3), (items[6:], 6)]
+    _same_index(sliced, whole)
+    assert dict(zip(sliced.hashes[2].tolist(), sliced.owners[2].tolist())) == {
+        int(ngram_hashes(["bb cc"], 2)[0][0]): 1}
+    assert {int(h): o for h, o in zip(sliced.hashes[1], sliced.owners[1])} == {
+        int(ngram_hashes([t], 1)[0][0]): o for t, o in (("aaaa", 0), ("d", 2), ("eee", 6))}
+
+
+def test_items_without_units_at_the_end_are_counted_short():
+    """An item of no units (empty, punctuation) is too short wherever it is: last in its slice too, and among
+    items in other scripts."""
+    config = DecontamConfig()
+    index = build_index([TEN, "", " ,.;"], config)
+    assert (index.items, index.short, len(index)) == (3, 2, 1)
+    index = build_index(["日本語のテキスト、です。" * 2, TEN, ""], config)
+    assert (index.items, index.short, index.lengths) == (3, 1, (10, 13))
+    h, text_of, first = ngram_hashes(["a b", "", "日本"], 1)
+    assert text_of.tolist() == [0, 0, 2, 2] and first.tolist() == [0, 1, 0, 1]
+
+
+def test_the_filter_grows_with_the_index_from_24_to_30_bits():
+    from transforms.core.decontam import _filter_bits
+
+    assert [_filter_bits(n) for n in (0, 1, 2**19 - 1, 2**19, 2**24, 2**25 - 1, 2**25, 2**40)] == [
+        24, 24, 24, 25, 30, 30, 30, 30]

@@ -282,3 +282,45 @@ def test_a_docbatch_waits_as_it_was_read_and_loses_its_records_counted_in_charac
     assert dict(out[0].stats.totals) == {"dropped.contaminated": 2, "decontam.documents.contaminated": 2,
                                          "decontam.characters.contaminated": 8}
     assert [r[0][4] for r in applied] == [0, 1]
+
+
+def test_a_listed_record_is_numbered_as_the_dead_letters_number_it():
+    """_numbered: each removed record of a file its listing line: file, line (the file's units' lines before its
+    packing group added to its index, 1-based; 0-based rows in a .parquet file), member when it has one, then
+    the stage's fields, in that order."""
+    first, later = _group("d/a.jsonl", slice_index=5), _group("d/a.jsonl", slice_index=0)
+    records = [(node_of(first, "", 2), {"step": "s", "reason": "r"}),
+               (node_of(later, "x/y.txt", 0), {"score": 0.5})]
+    out = list(stage._numbered(("d/a.jsonl", {"units": iter([(0, 4, 120), (4, 9, 50)]),
+                                              "records": iter(records)})))
+    assert out == [("d/a.jsonl", (records[0][0], {"file": "d/a.jsonl", "line": 123, "step": "s", "reason": "r"})),
+                   ("d/a.jsonl", (records[1][0], {"file": "d/a.jsonl", "line": 1, "member": "x/y.txt",
+                                                  "score": 0.5}))]
+    assert [list(r) for _, (_, r) in out] == [["file", "line", "step", "reason"], ["file", "line", "member", "score"]]
+    rows = _group("p.parquet", slice_index=3)
+    assert list(stage._numbered(("p.parquet", {"units": [], "records": [(node_of(rows, "", 7), {})]}))) == [
+        ("p.parquet", (node_of(rows, "", 7), {"file": "p.parquet", "line": 7}))]
+
+
+def test_list_records_writes_each_files_removed_records_numbered(tmp_path):
+    """ListRecords: (node, fields) -> OUT/<directory>/<file>.jsonl, each record numbered with its file's units
+    (the dead-letter parts), in file order; the count of records written."""
+    from transforms.stages.removal import ListRecords
+
+    parts = [DeadLetterPart("/in/d/a.jsonl", 0, 4, 1, [], False, 120, "d/a.jsonl"),
+             DeadLetterPart("/in/d/a.jsonl", 4, 9, 0, [], True, 50, "d/a.jsonl"),
+             DeadLetterPart("/in/e/b.jsonl", 0, 2, 0, [], False, 7, "e/b.jsonl")]
+    a5, a0, b = _group("d/a.jsonl", slice_index=5), _group("d/a.jsonl"), _group("e/b.jsonl", file_index=5)
+    records = [(node_of(a5, "", 2), {"reason": "r1"}), (node_of(b, "m", 3), {"reason": "r2"}),
+               (node_of(a0, "", 0), {"reason": "r3"})]
+    p = _pipeline()
+    written = p | "Records" >> beam.Create(records) | ListRecords(
+        str(tmp_path / "out"), "filtered/y", p | "Dead" >> beam.Create(parts))
+    assert_that(written, equal_to([3]))
+    p.run().wait_until_finish()
+    listing = tmp_path / "out" / "filtered" / "y"
+    read = {rel: [json.loads(x) for x in (listing / dead_letter_file_name(rel)).read_text().splitlines()]
+            for rel in ("d/a.jsonl", "e/b.jsonl")}
+    assert read == {"d/a.jsonl": [{"file": "d/a.jsonl", "line": 1, "reason": "r3"},
+                                  {"file": "d/a.jsonl", "line": 123, "reason": "r1"}],
+                    "e/b.jsonl": [{"file": "e/b.jsonl", "line": 4, "member": "m", "reason": "r2"}]}

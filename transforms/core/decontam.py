@@ -614,7 +614,9 @@ def capped(count: int, members: list, cap: int) -> tuple[int, list]:
 def verdict(evidence: Sequence[tuple[int, int, int]]) -> tuple[int, int, int]:
     """A contaminated record's (the item of its first match, the distinct n-grams matched, the distinct items)
     from its evidence (hash, owner, where), boilerplate left out."""
-    first = min(evidence, key=lambda e: e[2])
+    # (Earliest place, then smallest item: two items' n-grams can start at the same unit, and the evidence comes
+    # from a grouping, in no fixed order.)
+    first = min(evidence, key=lambda e: (e[2], e[1]))
     return first[1], len({h for h, _, _ in evidence}), len({o for _, o, _ in evidence})
 
 
