@@ -49,7 +49,9 @@ setup(
         # pytest-xdist: make test runs the suite in two processes, a test file each at a time (most tests are one
         # job on one core; measured 16:14 alone, 8:32 on two, on the 2-core CI machine).
         "test": ["pytest>=7", "hypothesis>=6", "gcp-storage-emulator>=2024.8", "transformers>=5.24", "grain>=0.2",
-                 "zlib-ng>=0.5", "pytest-xdist>=3.5"],
+                 "zlib-ng>=0.5", "pytest-xdist>=3.5",
+                 # tests/test_quality.py: every decision against datatrove's own filters (and their word splitter).
+                 "datatrove>=0.10", "spacy>=3.8"],
         # torch: `make test-torch` only (a DataLoader over H5MapDataset); its wheel is several GB, not in CI.
         "torch": ["torch>=2.1"],
         "report": ["matplotlib>=3.7"],
@@ -58,6 +60,10 @@ setup(
         # nor the worker image need it, and a job of local files never imports it. Tested with 5.2.
         "huggingface": ["datasets>=3.0"],
         "zlibng": ["zlib-ng>=0.5"],  # --compressor zlib-ng
+        # --quality_filters: datatrove's filters split words with spaCy's English tokenizer (spacy.blank("en"): no
+        # model, nothing downloaded), and only it gives their words, so their decisions (tests/test_quality.py);
+        # 332 MB installed, imported only by a job that filters, so not in the base install.
+        "filters": ["spacy>=3.8"],
         # `make bench-dedup` only (benchmarks/dedup_bench.py): the peers --dedup is measured against, datatrove's
         # MinHash pipeline and datasketch's MinHashLSH (as Cerebras' data_dedup uses it). Never the base install:
         # the job uses neither, and they bring spaCy and scipy. datatrove needs two packages it leaves to its

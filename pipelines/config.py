@@ -129,7 +129,8 @@ class Config(Settings):
             # file it always wrote.
             if self.mode in s.modes and (self.dedup or not s.name.startswith("dedup")) and (
                     self.decontaminate or not s.name.startswith("decontaminate")) and (
-                    self.language_id or self.languages or not s.name.startswith("language")):
+                    self.language_id or self.languages or not s.name.startswith("language")) and (
+                    self.quality_filters or not s.name.startswith("quality_filter")):
                 out[s.section][s.name] = getattr(self, s.name)
         if self.params_file:
             out["setup"]["params"] = self.params_file
@@ -448,6 +449,7 @@ def _validate(mode: str, v: dict, sources: dict) -> Optional[MixtureSpec]:
     _validate_dedup(v)
     _validate_decontaminate(v)
     _validate_language(v)
+    _validate_quality(v)
     for name in ("eos_id", "pad_id"):
         _require(v[name] is None or v[name] >= 0, f"{name}: must be >= 0")
     if v["keys"] and v.get("jsonl_key"):
@@ -493,6 +495,20 @@ def job_max_seq_lengths(v: dict) -> list[tuple[str, int]]:
     if not v.get("context_splits") and not all(c for _, _, c in v.get("data_splits") or ((None, 1, None),)):
         out.append(("max_seq_length", v["max_seq_length"]))
     return out
+
+
+def _validate_quality(v: dict) -> None:
+    from transforms.core.quality import filter_config
+
+    params = json.loads(v["quality_filter_params"]) if v["quality_filter_params"] else {}
+    names = v["quality_filters"] or ()
+    for name in sorted(set(params) - set(names)):
+        _require(False, f"quality_filter_params: names {name}, which quality_filters does not")
+    for name in names:
+        try:
+            filter_config(name, params.get(name))
+        except (ValueError, TypeError) as e:
+            _require(False, f"quality_filters: {e}")
 
 
 def _validate_language(v: dict) -> None:

@@ -2,8 +2,8 @@
 
     input manifest -> ReadCorpus -> (SkipStoredGroups, on resume)
         -> NormalizeDocuments -> TokenizeDocuments      (modes with a chat template: EncodeConversations)
-           (before it, with --language_id or --languages: IdentifyLanguage; with --decontaminate:
-           Decontaminate)
+           (before it, with --language_id or --languages: IdentifyLanguage; with --quality_filters:
+           FilterQuality; with --decontaminate: Decontaminate)
         -> (Deduplicate) -> (after either, SkipStoredGroups here on resume) -> (SelectMixture)
         -> the mode's rows -> EncodeRows -> (StoreGroups) -> WriteHdf5Shards
         -> WriteDatasetParams (data_params.json)
@@ -33,6 +33,7 @@ from transforms.stages.decontam import DecontaminateDocuments
 from transforms.stages.dedup import DeduplicateDocuments, ReadDedupIndex
 from transforms.stages.hdf5_sink import EncodeRows, WriteHdf5Shards
 from transforms.stages.langid import IdentifyLanguage
+from transforms.stages.quality import FilterQuality
 from transforms.stages.intermediate import STORED, SkipStoredGroups, StoreGroups
 from transforms.stages.manifest import MergeStats, WriteDatasetParams, WriteSplitParams
 from transforms.stages.mixture import SelectMixture
@@ -63,6 +64,7 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         if plan.chat is None:
             docs = docs | "NormalizeDocuments" >> NormalizeDocuments(plan.normalize)
         docs, language = _identify_language(plan, docs, read[DEAD_LETTERS])
+        docs, quality = _filter_quality(plan, docs, read[DEAD_LETTERS])
         tokens, decontam = _encode(plan, plan, docs, read[DEAD_LETTERS])
         tokens, dedup = _dedup(plan, tokens, read[DEAD_LETTERS])
         if _resuming(plan) and _across_records(plan):
@@ -71,15 +73,15 @@ def build(pipeline: beam.Pipeline, plan: JobPlan):
         if plan.mixture is not None:
             tokens, mixture = tokens | "SelectMixture" >> _select_mixture(plan)
         return _write(plan, _rows(plan, tokens), stored, dead_letters, mixture,
-                      {"language": language, "decontamination": decontam, "dedup": dedup})
+                      {"language": language, "quality": quality, "decontamination": decontam, "dedup": dedup})
     return _build_splits(plan, docs, stored, dead_letters, read[DEAD_LETTERS])
 
 
 def _across_records(plan: JobPlan) -> bool:
     """Whether a stage decides by every record (deduplication; decontamination, whose boilerplate n-grams are
-    counted over the corpus) or lists what it removed (language identification: each file's listing is written
-    whole): a resumed job then skips its stored groups after those stages."""
-    return plan.dedup is not None or plan.decontam is not None or plan.langid is not None
+    counted over the corpus) or lists what it removed (language identification, the quality filters: each
+    file's listing is written whole): a resumed job then skips its stored groups after those stages."""
+    return plan.dedup is not None or plan.decontam is not None or plan.langid is not None or bool(plan.quality)
 
 
 def _identify_language(plan: JobPlan, docs, dead_letter_parts):
@@ -90,6 +92,15 @@ def _identify_language(plan: JobPlan, docs, dead_letter_parts):
         return docs, None
     return docs | "IdentifyLanguage" >> IdentifyLanguage(plan.langid, _json_values(plan), plan.output_dir,
                                                          dead_letter_parts)
+
+
+def _filter_quality(plan: JobPlan, docs, dead_letter_parts):
+    """DocBatch (normalized, but a conversation's) -> the batches without the records a quality filter removes
+    (none without --quality_filters); returns (the batches, the stage's summary or None)."""
+    if not plan.quality:
+        return docs, None
+    return docs | "FilterQuality" >> FilterQuality(plan.quality, _json_values(plan), plan.output_dir,
+                                                   dead_letter_parts)
 
 
 def _json_values(plan: JobPlan) -> tuple:
@@ -179,6 +190,7 @@ def _build_splits(plan: JobPlan, docs, stored, dead_letters, dead_letter_parts):
     # Across the outputs: a document's near copies and its evaluation n-grams are found wherever the routing sent
     # it, and the routing is a function of each document alone, so this is removing them before the split.
     parts, language = _identify_language(plan, parts, dead_letter_parts)
+    parts, quality = _filter_quality(plan, parts, dead_letter_parts)
     tokens, decontam = _encode(plan, keyed, parts, dead_letter_parts)
     mixture = None
     tokens, dedup = _dedup(plan, tokens, dead_letter_parts)
@@ -206,7 +218,7 @@ def _build_splits(plan: JobPlan, docs, stored, dead_letters, dead_letter_parts):
         pad_id=plan.pad_id, vocab_size=plan.vocab_size, features=plan.features, stats=stats,
         rest_stats=rest_stats, dead_letters=dead_letters, summary_sections=plan.sections,
         summary_extra={**plan.extra, "features": list(plan.features)}, mixture=mixture,
-        steps={"language": language, "decontamination": decontam, "dedup": dedup})
+        steps={"language": language, "quality": quality, "decontamination": decontam, "dedup": dedup})
 
 
 def _tokenize(plan: JobPlan) -> TokenizeDocuments:

@@ -22,6 +22,7 @@ from transforms.core.fim import FimConfig, make_fim_config
 from transforms.core.modes import CONVERSATION, PAIR, TEXT, Mode, mode
 from transforms.core.decontam import DecontamConfig
 from transforms.core.langid import LangIdConfig
+from transforms.core.quality import filter_config
 from transforms.core.dedup import DedupConfig, index_problems, index_settings
 from transforms.core.mixture import MixturePlan, MixtureSpec
 from transforms.core.normalize import NormalizeConfig
@@ -121,6 +122,7 @@ class JobPlan:
     decontam_files: tuple = ()  # their files
     decontam_keys: Optional[tuple] = None  # the fields of theirs that hold text; None: every string
     langid: Optional[LangIdConfig] = None  # each record's language identified (transforms.core.langid); None: not
+    quality: tuple = ()  # the quality filters, in order (transforms.core.quality); (): none
 
     @property
     def features(self) -> tuple:
@@ -320,8 +322,17 @@ def plan_job(config: Config, runner: RunnerPlan = RunnerPlan(), changes: Optiona
         **_decontam_plan(config),
         langid=LangIdConfig(tuple(config.languages) if config.languages else None, config.language_threshold)
         if config.language_id or config.languages else None,
+        quality=_quality_plan(config),
     )
     return dataclasses.replace(plan, **changes) if changes else plan
+
+
+def _quality_plan(config: Config) -> tuple:
+    """The quality filters, each with its settings over its defaults (checked when the config was loaded)."""
+    if not config.quality_filters:
+        return ()
+    params = json.loads(config.quality_filter_params) if config.quality_filter_params else {}
+    return tuple(filter_config(name, params.get(name)) for name in config.quality_filters)
 
 
 def _decontam_plan(config: Config) -> dict:

@@ -163,6 +163,14 @@ class Settings:
     language_threshold: float = _s("processing", "float", 0.65,
         "the score (probability) one of languages must pass for a record to be kept, datatrove's 0.65; "
         "data_params.json also counts, per language, the records whose language scores no more")
+    quality_filters: Optional[tuple] = _s("processing", "list", None,
+        "quality filters, asked in this order (comma-separated): gopher_quality (Gopher's quality rules, decided as "
+        "datatrove's GopherQualityFilter decides them); a record a filter removes is counted for its rule and "
+        "listed in output_dir/filtered/quality/, before decontamination, dedup, splits and a mixture's draw "
+        "(words are split by spaCy: the filters extra)")
+    quality_filter_params: Optional[str] = _s("processing", "mapping", None,
+        "each quality filter's settings over its defaults, e.g. {\"gopher_quality\": {\"min_doc_words\": 100, "
+        "\"min_stop_words\": null}} (YAML mapping, or JSON on the command line; null leaves a rule out)")
     decontaminate: Optional[tuple] = _s("processing", "list", None,
         "evaluation sets to remove from the training records (comma-separated files, directories, globs or "
         "metadata files, in any format the job reads, local or remote): a record holding one of their n-grams "

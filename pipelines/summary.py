@@ -5,6 +5,7 @@ from typing import Optional
 
 from transforms.core.decontam import LISTING_DIR
 from transforms.core.langid import LISTING_DIR as LANGUAGE_DIR
+from transforms.core.quality import LISTING_DIR as QUALITY_DIR
 from transforms.io import fs
 from transforms.io.dead_letters import DEAD_LETTER_DIR
 
@@ -35,6 +36,14 @@ def summary_line(params: dict, output_dir: str, seconds: float) -> str:
         removed = params["language"]["documents_removed"]
         tail += (" Languages: " + ", ".join(f"{k} {found[k]['documents']}" for k in top[:5]) + more
                  + (f"; {removed} records removed, see {fs.join(output_dir, LANGUAGE_DIR)}" if removed else "") + ".")
+    if "quality" in params:
+        rules = {}
+        for body in params["quality"]["filters"].values():
+            rules.update(body["documents_removed"])
+        top = sorted(rules, key=lambda k: (-rules[k], k))
+        tail += (f" Quality filters: {params['quality']['documents_removed']} records removed"
+                 + (" (" + ", ".join(f"{k} {rules[k]}" for k in top) + f"), see {fs.join(output_dir, QUALITY_DIR)}"
+                    if top else "") + ".")
     if "decontamination" in params:
         d = params["decontamination"]
         tail += (f" Decontamination: {d['documents_removed']} records removed ({d['characters_removed']} characters), "

@@ -22,6 +22,7 @@ from pipelines.tools.common import UsageError, add_tokenizer_flags, basename, lo
 from transforms.core import verify as V
 from transforms.core.decontam import LISTING_DIR as DECONTAM_DIR
 from transforms.core.langid import LISTING_DIR as LANGUAGE_DIR
+from transforms.core.quality import LISTING_DIR as QUALITY_DIR
 from transforms.core.mixture import check_mixture
 from transforms.io.listing import DEDUP_DIR, listing_counts
 from transforms.core.modes import mode_of_processor
@@ -249,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
 
 # Where each removing stage lists its records, and the field it counts them by.
 _LISTINGS = {"dedup": (DEDUP_DIR, "kind"), "decontamination": (DECONTAM_DIR, "reason"),
-             "language": (LANGUAGE_DIR, "reason")}
+             "language": (LANGUAGE_DIR, "reason"), "quality": (QUALITY_DIR, "reason")}
 
 
 def _listings(out_dir: str, params: dict) -> dict:

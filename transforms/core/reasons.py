@@ -87,6 +87,21 @@ REASONS: tuple[Reason, ...] = (
     Reason(CONTAMINATED, DROPPED, "holds an n-gram of an evaluation set (decontaminate: decontaminate_ngram units "
            "after case folding and without punctuation, one found in at most decontaminate_max_docs training "
            "records); listed in OUT/filtered/decontaminate/ with the evaluation item"),
+    # The quality filters' rules (transforms.core.quality; --quality_filters), named as datatrove names them.
+    Reason("gopher_short_doc", DROPPED, "gopher_quality: fewer non-symbol words than min_doc_words"),
+    Reason("gopher_long_doc", DROPPED, "gopher_quality: more non-symbol words than max_doc_words"),
+    Reason("gopher_below_avg_threshold", DROPPED, "gopher_quality: mean word length below min_avg_word_length"),
+    Reason("gopher_above_avg_threshold", DROPPED, "gopher_quality: mean word length above max_avg_word_length"),
+    Reason("gopher_too_many_hashes", DROPPED, "gopher_quality: more '#' per word than max_symbol_word_ratio"),
+    Reason("gopher_too_many_ellipsis", DROPPED, "gopher_quality: more ellipses per word than "
+           "max_symbol_word_ratio"),
+    Reason("gopher_too_many_bullets", DROPPED, "gopher_quality: more lines starting with a bullet than "
+           "max_bullet_lines_ratio"),
+    Reason("gopher_too_many_end_ellipsis", DROPPED, "gopher_quality: more lines ending with an ellipsis than "
+           "max_ellipsis_lines_ratio"),
+    Reason("gopher_below_alpha_threshold", DROPPED, "gopher_quality: fewer words holding a letter than "
+           "max_non_alpha_words_ratio"),
+    Reason("gopher_enough_stop_words", DROPPED, "gopher_quality: fewer of its stop words than min_stop_words"),
     Reason(LANGUAGE, DROPPED, "not in one of the languages asked for (languages: none of them scores above "
            "language_threshold, by fastText's lid.176 as datatrove asks it); listed in OUT/filtered/language/ with "
            "its language and score"),

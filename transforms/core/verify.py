@@ -70,6 +70,7 @@ from transforms.core.features import (ATTENTION_MASK, ATTENTION_SPAN, DPO_FEATUR
 from transforms.core.decontam import check_decontam
 from transforms.core.dedup import check_dedup
 from transforms.core.langid import check_language
+from transforms.core.quality import check_quality
 from transforms.core.mixture import check_mixture
 from transforms.core.modes import CONVERSATION, RESPONSE, RUN, TEXT, TURNS, Mode, mode_of_processor
 from transforms.core.reasons import known as known_reason
@@ -887,7 +888,8 @@ def _same(claimed: Any, recount: Any) -> bool:
 
 
 # What each stage that removes records removed, against the input's accounting and its listing.
-STEP_CHECKS = {"dedup": check_dedup, "decontamination": check_decontam, "language": check_language}
+STEP_CHECKS = {"dedup": check_dedup, "decontamination": check_decontam, "language": check_language,
+               "quality": check_quality}
 
 
 def check_steps(params: Mapping, inp: Mapping, listings: Mapping[str, Optional[Mapping[str, int]]]) -> list[str]:

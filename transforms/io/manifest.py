@@ -16,6 +16,7 @@ from transforms.core.features import LM_FEATURES, VSL_FEATURES
 from transforms.core.decontam import decontam_section
 from transforms.core.dedup import dedup_section
 from transforms.core.langid import language_section
+from transforms.core.quality import quality_section
 from transforms.core.mixture import mixture_section, output_tokens_taken
 from transforms.core.stats import (ENCODER_CHECK, H5_ROWS, ROLE_TOKENS, ROLE_TRAINED, ROWS_DROPPED, Stats,
                                    check_accounting, h5_stats_section, input_section, merge, post_process_section)
@@ -23,7 +24,7 @@ from transforms.core.tokenizer.fast import CHECK_FIELDS
 from transforms.core.timing import TIME_PREFIX
 from transforms.io import fs
 
-STAGES = ("read", "normalize", "language", "decontaminate", "tokenize", "pack", "fim", "encode", "shuffle", "write")
+STAGES = ("read", "normalize", "language", "quality", "decontaminate", "tokenize", "pack", "fim", "encode", "shuffle", "write")
 
 __all__ = ["PARAMS_FILE", "EMPTY_NOTE", "STAGES", "build_params", "finalize", "build_summary", "finalize_split"]
 
@@ -85,7 +86,8 @@ def build_params(shards: list, stats: Stats, sections: dict, *, eos_id: int, pad
 
 # The sections of the stages that remove records: each built from the stage's summary (a singleton list) and
 # what the batches counted removed.
-STEP_SECTIONS = {"dedup": dedup_section, "decontamination": decontam_section, "language": language_section}
+STEP_SECTIONS = {"dedup": dedup_section, "decontamination": decontam_section, "language": language_section,
+                 "quality": quality_section}
 
 
 def _step_sections(params: dict, steps: dict, stats: Stats) -> None:
