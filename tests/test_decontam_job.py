@@ -232,7 +232,8 @@ def test_evaluation_fields_and_files_are_chosen(planted, tmp_path):
 
 def test_chat_turns_and_dpo_responses_are_checked(tmp_path):
     """An item inside an assistant's turn removes the conversation whole; one inside a DPO pair's chosen
-    response removes the pair; the rest are kept."""
+    response removes the pair; the rest are kept. (With --languages en too: a conversation in French is removed
+    for its language, its messages' text; issue #47's language identification, tested here to share the job.)"""
     qwen = require_shared(SHARED / "tokenizers" / "qwen2.5-instruct")
     item = ("the committee agreed that the northern bridge would be rebuilt in stone before the winter "
             "floods of the following year")
@@ -241,13 +242,18 @@ def test_chat_turns_and_dpo_responses_are_checked(tmp_path):
     talks = [[{"role": "user", "content": f"What is {i} times {i}?"},
               {"role": "assistant", "content": f"{i} times {i} is {i * i}."}] for i in range(6)]
     talks[4][1]["content"] = "As recorded, " + item.capitalize() + "."
+    french = "Le comité s'est réuni mardi pour discuter du nouveau budget de la bibliothèque municipale."
+    talks.append([{"role": "user", "content": french}, {"role": "assistant", "content": french}])
     (tmp_path / "chat" / "chat.jsonl").write_text("".join(json.dumps({"messages": m}) + "\n" for m in talks))
     common = ["--tokenizer_type", "HuggingFaceTokenizer", "--huggingface_tokenizer", str(qwen),
               "--display_pbar", "False", "--decontaminate", str(tmp_path / "eval.jsonl")]
     params = run_job(["Chat", "--input_dir", str(tmp_path / "chat"), "--output_dir", str(tmp_path / "out"),
-                      "--max_seq_length", "128", *common])
+                      "--max_seq_length", "128", "--languages", "en", *common])
     assert [(r["file"], r["line"]) for r in _listing(tmp_path / "out")] == [("chat.jsonl", 5)]
     assert params["input"]["used"] == 5 and params["decontamination"]["documents_removed"] == 1
+    languages = tmp_path / "out" / "filtered" / "language"
+    assert [json.loads(x)["line"] for p in languages.iterdir() for x in p.read_text().splitlines()] == [7]
+    assert params["language"]["detected"]["fr"]["documents"] == 1
     (tmp_path / "dpo").mkdir()
     pairs = [{"prompt": f"Question {i}?", "chosen": f"Answer {i}.", "rejected": f"No answer {i}."}
              for i in range(4)]

@@ -1,6 +1,7 @@
 """Language identification (issue #47): the rule (transforms/core/langid.py), and the stage through the job:
 records not in the languages asked for removed, counted per language and listed; nothing removed without
---languages; a conversation's messages; verify's recount; the settings."""
+--languages; verify's recount; the estimate; the settings. (A conversation's language, its messages', is tested
+with decontamination's chat job, tests/test_decontam_job.py, to share its job.)"""
 
 from __future__ import annotations
 
@@ -158,21 +159,6 @@ def test_without_languages_nothing_is_removed_and_every_record_is_counted(corpus
     plain = run_job(_args(corpus / "in", tmp_path / "plain"))
     assert "language" not in plain and not any(k.startswith("language") for k in plain["processing"])
     assert plain["post-process"] == params["post-process"]
-
-
-def test_a_conversations_language_is_its_messages(tmp_path):
-    from tests.helpers import SHARED, require_shared
-
-    qwen = require_shared(SHARED / "tokenizers" / "qwen2.5-instruct")
-    (tmp_path / "chat").mkdir()
-    talks = [[{"role": "user", "content": TEXTS[k]}, {"role": "assistant", "content": TEXTS[k]}]
-             for k in ("en", "fr", "de")]
-    (tmp_path / "chat" / "c.jsonl").write_text("".join(json.dumps({"messages": m}) + "\n" for m in talks))
-    params = run_job(["Chat", "--input_dir", str(tmp_path / "chat"), "--output_dir", str(tmp_path / "out"),
-                      "--tokenizer_type", "HuggingFaceTokenizer", "--huggingface_tokenizer", str(qwen),
-                      "--max_seq_length", "128", "--display_pbar", "False", "--languages", "fr"])
-    assert [(r["line"], r["language"]) for r in _listing(tmp_path / "out")] == [(1, "en"), (3, "de")]
-    assert params["input"]["used"] == 1
 
 
 def test_a_split_job_identifies_before_routing_and_decontamination(corpus, tmp_path):
