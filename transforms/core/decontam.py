@@ -398,15 +398,18 @@ def catalog_of(source: str, lines: Sequence[int], fields: Sequence[str]) -> Item
 
 
 def _tables(found: dict, ordered: bool = False) -> tuple[dict, dict]:
-    """Per length, (hashes, owners) pieces -> the sorted distinct hashes, each with its smallest owner.
+    """Per length, (hashes, owners) pieces (consumed: each list is emptied) -> the sorted distinct hashes, each
+    with its smallest owner.
     `ordered`: the owners, pieces one after the other, never decrease (a stable sort by hash is then enough)."""
     tables, owners = {}, {}
     for length, parts in found.items():
         hashes = np.concatenate([h for h, _ in parts])
         ordinals = np.concatenate([o for _, o in parts])
+        parts.clear()  # (the pieces, copied: let them go before the sort's copies are made)
         # By hash, then by item: the first of equal hashes is the owner.
         order = np.argsort(hashes, kind="stable") if ordered else np.lexsort((ordinals, hashes))
         hashes, ordinals = hashes[order], ordinals[order]
+        del order
         first = np.ones(len(hashes), dtype=bool)
         first[1:] = hashes[1:] != hashes[:-1]
         tables[length], owners[length] = hashes[first], ordinals[first]

@@ -23,6 +23,8 @@ engine and worker count. The pure logic is transforms/core/decontam.py's.
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Sequence, Tuple
@@ -34,6 +36,7 @@ from transforms.core.decontam import (COUNTER_PREFIX, LISTING_DIR, SLICE_CHARS, 
                                       capped, catalog_of, listing_record, merge_indexes, record_evidence,
                                       record_texts, slices, verdict)
 from transforms.core.dedup import line_numbering, node_of
+from transforms.core.memory import release_free_memory
 from transforms.core.reasons import CONTAMINATED
 from transforms.core.records import DocBatch
 from transforms.core.threads import process_threads
@@ -47,11 +50,19 @@ EVIDENCE, BOILERPLATE, MATCHED = "evidence", "boilerplate", "matched"
 
 
 def _index_file(item, keys: Optional[tuple], config: DecontamConfig):
-    """(its place among the files, a file's path) -> (its place, the file's index, its items numbered from 0)."""
+    """(its place among the files, a file's path) -> (its place, the file's index, its items numbered from 0).
+    The items are read as they are indexed: only their lines and fields are kept, for the catalog."""
     place, path = item
-    items = list(read_eval_items(path, keys))
-    catalog = catalog_of(path, [i.line for i in items], [i.field for i in items])
-    return place, build_index((i.text for i in items), config, catalog)
+    lines, fields = [], []
+
+    def texts():
+        for found in read_eval_items(path, keys):
+            lines.append(found.line)
+            fields.append(sys.intern(found.field))
+            yield found.text
+
+    index = build_index(texts(), config)
+    return place, dataclasses.replace(index, catalog=catalog_of(path, lines, fields))
 
 
 def _merged(parts):
@@ -109,6 +120,7 @@ class _FindEvidence(beam.DoFn):
                 node = node_of(batch.group, doc.member or "", doc.index)
                 found.extend((h, (node, owner, where)) for h, owner, where in matches)
         batch.stats.totals[TIME_PREFIX + "decontaminate"] += int((time.perf_counter() - start) * 1000)
+        release_free_memory()  # the slices' arrays, freed by the threads in their own arenas
         yield batch
         for pair in found:
             yield pvalue.TaggedOutput(EVIDENCE, pair)
