@@ -164,8 +164,9 @@ class Settings:
         "the score (probability) one of languages must pass for a record to be kept, datatrove's 0.65; "
         "data_params.json also counts, per language, the records whose language scores no more")
     quality_filters: Optional[tuple] = _s("processing", "list", None,
-        "quality filters, asked in this order (comma-separated): gopher_quality (Gopher's quality rules, decided as "
-        "datatrove's GopherQualityFilter decides them); a record a filter removes is counted for its rule and "
+        "quality filters, asked in this order (comma-separated): gopher_quality and gopher_repetition (Gopher's "
+        "quality and repetition rules, decided as datatrove's GopherQualityFilter and GopherRepetitionFilter decide "
+        "them); a record a filter removes is counted for its rule and "
         "listed in output_dir/filtered/quality/, before decontamination, dedup, splits and a mixture's draw "
         "(words are split by spaCy: the filters extra)")
     quality_filter_params: Optional[str] = _s("processing", "mapping", None,

@@ -310,9 +310,13 @@ MATRIX = {
     # Near duplicates across files and outputs (the dedup stage's every grouping and join).
     "dedup_split": lambda inp: ["LMData", "--input_dir", str(inp["dups"]), *GPT2, "--max_seq_length", "256",
                                 "--dedup", "near", "--data_splits", "train=0.7,test=0.3", "--shuffle", "True"],
-    # Evaluation text found across files and outputs, one n-gram boilerplate (the decontamination's index, its
-    # groupings and its join), before near dedup.
+    # Language identification and Gopher's quality rules (their listings), evaluation text found across files and
+    # outputs, one n-gram boilerplate (the decontamination's index, its groupings and its join), before near dedup.
     "decontam_split": lambda inp: ["LMData", "--input_dir", str(inp["dups"]), *GPT2, "--max_seq_length", "256",
+                                   "--language_id", "True", "--quality_filters",
+                                   "gopher_quality,gopher_repetition", "--quality_filter_params",
+                                   # (0.5: the record that holds an evaluation item is kept for decontamination)
+                                   '{"gopher_quality": {"max_non_alpha_words_ratio": 0.5}}',
                                    "--decontaminate", str(inp["eval"]), "--decontaminate_max_docs", "1",
                                    "--dedup", "near", "--data_splits", "train=0.7,test=0.3", "--shuffle", "True"],
     # A file read in order, cut into groups of ~40 KB that are all handed to other workers (a file past

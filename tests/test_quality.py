@@ -78,7 +78,7 @@ def test_a_filter_is_made_from_its_name_and_settings():
     assert Q.filter_config("gopher_quality") == Q.GopherQuality()
     made = Q.filter_config("gopher_quality", {"min_doc_words": 10, "stop_words": ["a", "b"]})
     assert made.min_doc_words == 10 and made.stop_words == ("a", "b")
-    with pytest.raises(ValueError, match="quality filter 'c5': expected one of gopher_quality"):
+    with pytest.raises(ValueError, match="quality filter 'c5': expected one of gopher_quality, gopher_repetition"):
         Q.filter_config("c5")
     with pytest.raises(ValueError, match="quality filter gopher_quality: unknown setting min_words"):
         Q.filter_config("gopher_quality", {"min_words": 3})
@@ -125,9 +125,49 @@ def test_the_section_and_verify_count_each_rule():
     bad = {**section, "documents_removed": 4, "listed": 2, "per_source": {}}
     assert Q.check_quality(bad, inp, {"x": 1}) == [
         "quality.documents_removed is 4, its filters' rules add up to 3",
-        "quality.per_source removes 0 records, the filters 3",
+        "quality.per_source removes 0 records, the total is 3",
         "quality.listed is 2, 3 records were removed",
-        "filtered/quality/ lists 1 records, the filters removed 3"]
+        "filtered/quality/ lists 1 records, quality.documents_removed is 3"]
+
+
+def test_repetition_rules_remove_for_their_reason_in_order():
+    r = Q.GopherRepetition()
+    fine = ("The committee met on Tuesday to discuss the budget.\n\nA storm closed the northern bridge for a week, "
+            "and traffic moved slowly.\n\nMost readers prefer short chapters with clear headings.")
+    assert r.check(fine, Q.words_of(fine)) is None
+    assert r.check("", []) == "gopher_repetition_empty"
+    paras = "\n\n".join(["same paragraph here"] * 4 + [f"other {i}" for i in range(6)])
+    assert r.check(paras, Q.words_of(paras)) == "dup_para_char_frac"  # 3 of 10 repeat: 0.3 is not more than 0.3
+    paras = "\n\n".join(["same paragraph here"] * 5 + [f"other {i}" for i in range(6)])
+    assert r.check(paras, Q.words_of(paras)) == "dup_para_frac"  # 4 of 11
+    lines = "\n".join(["a line that repeats"] * 2 + [f"line number {i} is its own, long enough" for i in range(8)])
+    lines_only = Q.GopherRepetition(dup_line_char_frac=None, top_n_grams=(), dup_n_grams=())
+    assert lines_only.check(lines, Q.words_of(lines)) is None  # 1 of 10 lines repeats
+    many = "\n".join(["a line that repeats"] * 5 + [f"line {i}" for i in range(5)])
+    assert r.check(many, Q.words_of(many)) == "dup_line_frac"
+    words = "the cat " * 40 + " ".join(f"w{i}" for i in range(40))
+    assert r.check(words, Q.words_of(words)) == "top_2_gram"
+    assert Q.GopherRepetition(top_n_grams=()).check(words, Q.words_of(words)) == "duplicated_5_n_grams"
+    assert Q.GopherRepetition(top_n_grams=(), dup_n_grams=()).check(words, Q.words_of(words)) is None
+
+
+def test_repetition_counts_as_datatrove_counts():
+    """The most frequent n-gram: its characters (words joined by a space) times its count, the first of equal
+    counts; repeated n-grams: words joined without a space, counted left to right past each repeat."""
+    assert Q._top_ngram_chars(["a", "bb", "a", "bb", "c"], 2) == len("a bb") * 2
+    assert Q._top_ngram_chars(["xx", "y", "z"], 1) == 2  # all once: the first
+    assert Q._repeated_ngram_chars(["a", "b", "a", "b", "a", "b"], 2) == 4  # ab, ba, ab (+2, skip), ab (+2)
+    assert Q._repeated_ngram_chars(["ab", "c", "d", "e"], 2) == 0
+    assert Q._repeated_ngram_chars(["ab", "c", "a", "bc"], 2) == 3  # joined without a space: abc twice
+    assert Q._duplicates(["a", "b", "a", "a"]) == (2, 2)
+
+
+def test_repetition_settings_are_checked():
+    made = Q.filter_config("gopher_repetition", {"top_n_grams": [[3, 0.5]], "dup_n_grams": []})
+    assert made.top_n_grams == ((3, 0.5),) and made.dup_n_grams == ()
+    with pytest.raises(ValueError, match="top_n_grams counts 11-grams: from 2 to 10 words"):
+        Q.filter_config("gopher_repetition", {"top_n_grams": [[11, 0.1]]})
+    assert set(Q.GopherRepetition.reasons) >= {"top_2_gram", "duplicated_10_n_grams", "dup_para_frac"}
 
 
 # ------------------------------------------------------------------- against datatrove
@@ -137,6 +177,24 @@ def test_words_are_datatroves():
     split = pytest.importorskip("datatrove.utils.text").split_into_words
     for text in _texts()[::7]:
         assert Q.words_of(text) == split(text)
+
+
+def test_every_repetition_decision_is_datatroves():
+    """datatrove's GopherRepetitionFilter over the same corpora: the same rule removes each record (its 'empty'
+    is gopher_repetition_empty here)."""
+    from datatrove.data import Document
+    from datatrove.pipeline.filters.gopher_repetition_filter import GopherRepetitionFilter
+
+    theirs_filter, ours_filter = GopherRepetitionFilter(), Q.GopherRepetition()
+    texts = _texts() + ["", "same\n\nsame\n\nsame"]
+    removed = 0
+    for i, text in enumerate(texts):
+        ours = ours_filter.check(text, Q.words_of(text))
+        got = theirs_filter.filter(Document(text=text, id=str(i)))
+        theirs = None if got is True else got[1]
+        assert ours == ("gopher_repetition_empty" if theirs == "empty" else theirs), (i, ours, theirs)
+        removed += ours is not None
+    assert 0 < removed < len(texts)
 
 
 def test_every_decision_is_datatroves():
@@ -203,7 +261,8 @@ def test_the_job_removes_counts_and_lists_what_the_rules_remove(tmp_path):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--quality_filters", "c5"], "quality_filters: quality filter 'c5': expected one of gopher_quality"),
+    (["--quality_filters", "c5"], "quality_filters: quality filter 'c5': expected one of gopher_quality, "
+                                  "gopher_repetition"),
     (["--quality_filters", "gopher_quality", "--quality_filter_params", '{"gopher_quality": {"x": 1}}'],
      "quality filter gopher_quality: unknown setting x"),
     (["--quality_filter_params", '{"gopher_quality": {}}'], "quality_filter_params: names gopher_quality, which "

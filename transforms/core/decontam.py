@@ -31,6 +31,7 @@ import numpy as np
 # The rolling hash's parts are dedup's (issue #46): SplitMix64's finalizer and a polynomial base with its powers.
 from transforms.core.dedup import _mix64_in_place, _powers
 from transforms.core.reasons import CONTAMINATED
+from transforms.core.removed import agreement_problems
 
 __all__ = ["DecontamConfig", "units", "unit_spans", "unit_hashes", "ngram_hashes", "item_ngrams", "EvalIndex",
            "ItemCatalog", "catalog_of", "build_index", "merge_indexes", "find_matches", "cut", "record_texts",
@@ -666,15 +667,4 @@ def check_decontam(section, inp, listing) -> list[str]:
     if removed != dropped:
         problems.append(f"decontamination.documents_removed is {removed}, input.dropped_by_reason.{CONTAMINATED} "
                         f"is {dropped}")
-    by_source = sum(s.get("documents_removed", 0) for s in section.get("per_source", {}).values())
-    if by_source != removed:
-        problems.append(f"decontamination.per_source removes {by_source} records, the total is {removed}")
-    if section.get("listed") != removed:
-        problems.append(f"decontamination.listed is {section.get('listed')}, {removed} records were removed")
-    if listing is None:
-        if removed:
-            problems.append(f"decontamination: the removed records are not listed (no {LISTING_DIR}/ directory)")
-    elif sum(listing.values()) != removed or listing.get(CONTAMINATED, 0) != removed:
-        problems.append(f"{LISTING_DIR}/ lists {sum(listing.values())} records ({listing.get(CONTAMINATED, 0)} "
-                        f"{CONTAMINATED}), decontamination.documents_removed is {removed}")
-    return problems
+    return problems + agreement_problems("decontamination", removed, section, listing, LISTING_DIR, CONTAMINATED)

@@ -19,6 +19,7 @@ import dataclasses
 from typing import Mapping, Optional, Sequence
 
 from transforms.core.reasons import LANGUAGE
+from transforms.core.removed import agreement_problems
 
 __all__ = ["LangIdConfig", "MODEL", "model_path", "load_model", "scores_of", "decide", "language_section",
            "check_language", "listing_fields", "texts_of", "COUNTER_PREFIX", "LISTING_DIR", "STEP", "THRESHOLD"]
@@ -125,17 +126,7 @@ def check_language(section, inp, listing) -> list[str]:
     dropped = inp.get("dropped_by_reason", {}).get(STEP, 0)
     if removed != dropped:
         problems.append(f"language.documents_removed is {removed}, input.dropped_by_reason.{STEP} is {dropped}")
-    by_source = sum(s.get("documents_removed", 0) for s in section.get("per_source", {}).values())
-    if by_source != removed:
-        problems.append(f"language.per_source removes {by_source} records, the total is {removed}")
-    if section.get("listed") != removed:
-        problems.append(f"language.listed is {section.get('listed')}, {removed} records were removed")
-    if listing is None:
-        if removed:
-            problems.append(f"language: the removed records are not listed (no {LISTING_DIR}/ directory)")
-    elif sum(listing.values()) != removed:
-        problems.append(f"{LISTING_DIR}/ lists {sum(listing.values())} records, language.documents_removed is "
-                        f"{removed}")
+    problems += agreement_problems("language", removed, section, listing, LISTING_DIR)
     identified = sum(v.get("documents", 0) for v in section.get("detected", {}).values())
     if identified < removed:
         problems.append(f"language: {identified} records identified, fewer than the {removed} removed")

@@ -1,8 +1,10 @@
 """Quality filters' pure core (issue #47): the rules users know by name, each a function of a record's text and
 words that says which rule removes it (None: kept).
 
-    gopher_quality   Gopher's quality rules (Rae et al. 2021, appendix A.1.1), with datatrove's GopherQualityFilter's
-                     defaults, order and reason names
+    gopher_quality     Gopher's quality rules (Rae et al. 2021, appendix A.1.1), with datatrove's
+                       GopherQualityFilter's defaults, order and reason names
+    gopher_repetition  Gopher's repetition rules (its table A1), with datatrove's GopherRepetitionFilter's (its
+                       "empty" is gopher_repetition_empty here: a reason of its own in data_params.json)
 
 A record's words are what datatrove splits it into: spaCy's English tokenizer (`spacy.blank("en")`, no model),
 each token stripped, the empty ones left out (`words_of`). spaCy is needed only when a filter runs: it is the
@@ -19,10 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import unicodedata
 from typing import Optional, Sequence
 
-__all__ = ["GopherQuality", "FILTERS", "filter_config", "words_of", "is_symbol_word", "STOP_WORDS", "verdict",
+from transforms.core.removed import agreement_problems
+
+__all__ = ["GopherQuality", "GopherRepetition", "FILTERS", "filter_config", "words_of", "is_symbol_word", "STOP_WORDS", "verdict",
            "reasons_of", "quality_section", "check_quality", "COUNTER_PREFIX", "LISTING_DIR", "STEP"]
 
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")  # Gopher's (its appendix A.1.1)
@@ -126,7 +131,110 @@ class GopherQuality:
                "gopher_too_many_end_ellipsis", "gopher_below_alpha_threshold", "gopher_enough_stop_words")
 
 
-FILTERS = {GopherQuality.name: GopherQuality}
+_PARAGRAPHS = re.compile(r"\n{2,}")
+_LINES = re.compile("\n+")
+N_GRAM_SIZES = range(2, 11)  # the word n-grams a repetition rule may count (the drop reasons name each)
+
+
+def _duplicates(parts: Sequence[str]) -> tuple[int, int]:
+    """(how many of `parts` repeat an earlier one, their characters)."""
+    seen: set = set()
+    count = chars = 0
+    for part in parts:
+        if part in seen:
+            count += 1
+            chars += len(part)
+        else:
+            seen.add(part)
+    return count, chars
+
+
+def _top_ngram_chars(words: Sequence[str], n: int) -> int:
+    """The characters of the most frequent n-gram (its words joined by a space) times its count; of equal
+    counts, the first to appear."""
+    counts: dict = {}
+    for i in range(len(words) - n + 1):
+        gram = " ".join(words[i:i + n])
+        counts[gram] = counts.get(gram, 0) + 1
+    best = max(counts.values())
+    top = next(g for g, c in counts.items() if c == best)
+    return len(top) * best
+
+
+def _repeated_ngram_chars(words: Sequence[str], n: int) -> int:
+    """The characters of the n-grams (words joined without a space) that repeat an earlier one, counted left to
+    right and skipping past each repeat, so that no word is counted twice."""
+    seen: set = set()
+    chars = i = 0
+    while i < len(words) - n + 1:
+        gram = "".join(words[i:i + n])
+        if gram in seen:
+            chars += len(gram)
+            i += n
+        else:
+            seen.add(gram)
+            i += 1
+    return chars
+
+
+@dataclasses.dataclass(frozen=True)
+class GopherRepetition:
+    """Gopher's repetition rules (Rae et al. 2021, table A1), each settable, None (or an empty list) to leave it
+    out. A record is removed by the first it fails, in this order: more than dup_para_frac of its paragraphs
+    (split at blank lines) repeating an earlier one, or their characters more than dup_para_char_frac of its
+    text; the same of its lines (dup_line_frac, dup_line_char_frac); for each (n, share) of top_n_grams, its most
+    frequent word n-gram's characters times its count more than share of the text; for each (n, share) of
+    dup_n_grams, the characters of its repeated word n-grams more than share of the text. An empty text is
+    removed (gopher_repetition_empty)."""
+
+    dup_line_frac: Optional[float] = 0.3
+    dup_para_frac: Optional[float] = 0.3
+    dup_line_char_frac: Optional[float] = 0.2
+    dup_para_char_frac: Optional[float] = 0.2
+    top_n_grams: tuple = ((2, 0.2), (3, 0.18), (4, 0.16))
+    dup_n_grams: tuple = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
+
+    name = "gopher_repetition"
+    needs_words = True
+
+    def __post_init__(self):
+        for field in ("top_n_grams", "dup_n_grams"):
+            pairs = tuple((int(n), float(share)) for n, share in (getattr(self, field) or ()))
+            for n, _ in pairs:
+                if n not in N_GRAM_SIZES:
+                    raise ValueError(f"gopher_repetition: {field} counts {n}-grams: from 2 to 10 words")
+            object.__setattr__(self, field, pairs)
+
+    def check(self, text: str, words: Sequence[str]) -> Optional[str]:
+        """The rule that removes the record (datatrove's reason name), or None to keep it."""
+        if not text:
+            return "gopher_repetition_empty"
+        paragraphs = _PARAGRAPHS.split(text.strip())
+        count, chars = _duplicates(paragraphs)
+        if self.dup_para_frac and count / len(paragraphs) > self.dup_para_frac:
+            return "dup_para_frac"
+        if self.dup_para_char_frac and chars / len(text) > self.dup_para_char_frac:
+            return "dup_para_char_frac"
+        lines = _LINES.split(text)
+        count, chars = _duplicates(lines)
+        if self.dup_line_frac and count / len(lines) > self.dup_line_frac:
+            return "dup_line_frac"
+        if self.dup_line_char_frac and chars / len(text) > self.dup_line_char_frac:
+            return "dup_line_char_frac"
+        for n, share in self.top_n_grams:
+            if len(words) >= n and _top_ngram_chars(words, n) / len(text) > share:
+                return f"top_{n}_gram"
+        for n, share in self.dup_n_grams:
+            if _repeated_ngram_chars(words, n) / len(text) > share:
+                return f"duplicated_{n}_n_grams"
+        return None
+
+    reasons = ("gopher_repetition_empty", "dup_para_frac", "dup_para_char_frac", "dup_line_frac",
+               "dup_line_char_frac", *(f"top_{n}_gram" for n in N_GRAM_SIZES),
+               *(f"duplicated_{n}_n_grams" for n in N_GRAM_SIZES))
+
+
+FILTERS = {GopherQuality.name: GopherQuality, GopherRepetition.name: GopherRepetition}
 
 
 def filter_config(name: str, params: Optional[dict] = None):
@@ -142,6 +250,9 @@ def filter_config(name: str, params: Optional[dict] = None):
     values = dict(params or {})
     if "stop_words" in values:
         values["stop_words"] = tuple(values["stop_words"])
+    for field in ("top_n_grams", "dup_n_grams"):
+        if field in values:
+            values[field] = tuple(tuple(pair) for pair in (values[field] or ()))
     return cls(**values)
 
 
@@ -204,14 +315,4 @@ def check_quality(section, inp, listing) -> list[str]:
     if section.get("documents_removed") != total:
         problems.append(f"quality.documents_removed is {section.get('documents_removed')}, its filters' rules add "
                         f"up to {total}")
-    by_source = sum(s.get("documents_removed", 0) for s in section.get("per_source", {}).values())
-    if by_source != total:
-        problems.append(f"quality.per_source removes {by_source} records, the filters {total}")
-    if section.get("listed") != total:
-        problems.append(f"quality.listed is {section.get('listed')}, {total} records were removed")
-    if listing is None:
-        if total:
-            problems.append(f"quality: the removed records are not listed (no {LISTING_DIR}/ directory)")
-    elif sum(listing.values()) != total:
-        problems.append(f"{LISTING_DIR}/ lists {sum(listing.values())} records, the filters removed {total}")
-    return problems
+    return problems + agreement_problems("quality", total, section, listing, LISTING_DIR)

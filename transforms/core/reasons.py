@@ -102,6 +102,18 @@ REASONS: tuple[Reason, ...] = (
     Reason("gopher_below_alpha_threshold", DROPPED, "gopher_quality: fewer words holding a letter than "
            "max_non_alpha_words_ratio"),
     Reason("gopher_enough_stop_words", DROPPED, "gopher_quality: fewer of its stop words than min_stop_words"),
+    Reason("gopher_repetition_empty", DROPPED, "gopher_repetition: the text is empty (datatrove's 'empty')"),
+    Reason("dup_para_frac", DROPPED, "gopher_repetition: more paragraphs repeating an earlier one than "
+           "dup_para_frac"),
+    Reason("dup_para_char_frac", DROPPED, "gopher_repetition: more characters in repeated paragraphs than "
+           "dup_para_char_frac"),
+    Reason("dup_line_frac", DROPPED, "gopher_repetition: more lines repeating an earlier one than dup_line_frac"),
+    Reason("dup_line_char_frac", DROPPED, "gopher_repetition: more characters in repeated lines than "
+           "dup_line_char_frac"),
+    *(Reason(f"top_{n}_gram", DROPPED, f"gopher_repetition: its most frequent {n}-word n-gram holds more of the "
+             "text than top_n_grams allows") for n in range(2, 11)),
+    *(Reason(f"duplicated_{n}_n_grams", DROPPED, f"gopher_repetition: its repeated {n}-word n-grams hold more of "
+             "the text than dup_n_grams allows") for n in range(2, 11)),
     Reason(LANGUAGE, DROPPED, "not in one of the languages asked for (languages: none of them scores above "
            "language_threshold, by fastText's lid.176 as datatrove asks it); listed in OUT/filtered/language/ with "
            "its language and score"),
