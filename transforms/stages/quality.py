@@ -6,32 +6,24 @@ removed it and listed (issue #47).
         ─CoGroupByKey file (its units' line counts)─► OUT/filtered/quality/<file>.jsonl
 
 A record's verdict is a function of its text alone, so the stage needs no grouping to decide; only its listing
-groups, by file. The pure logic is transforms/core/quality.py's.
+groups, by file (transforms.stages.removal.FilterRecords). The pure logic is transforms/core/quality.py's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
-
-import apache_beam as beam
-from apache_beam import pvalue
 
 from transforms.core.decontam import record_texts
-from transforms.core.dedup import node_of
 from transforms.core.quality import COUNTER_PREFIX, LISTING_DIR, STEP, verdict, words_of
-from transforms.core.records import DocBatch
-from transforms.core.timing import TIME_PREFIX
-from transforms.stages.removal import ListRecords
+from transforms.stages.removal import FilterRecords, RecordFilter
 
 __all__ = ["FilterQuality"]
 
-REMOVED = "removed"
 
+class _Filter(RecordFilter):
+    """A record a filter removes, counted dropped.<its rule> and <filter>.<rule>."""
 
-class _Filter(beam.DoFn):
-    """A DocBatch -> the batch without the records a filter removes (each counted for its filter's rule), and
-    REMOVED (node, listing fields) for each of those."""
+    step = STEP
 
     def __init__(self, filters: tuple, json_values: tuple):
         self._filters = filters
@@ -40,27 +32,17 @@ class _Filter(beam.DoFn):
     def setup(self):
         words_of("")  # (spaCy loaded once per worker, before the first batch's clock starts)
 
-    def process(self, batch):
-        start = time.perf_counter()
-        stats, source = batch.stats, batch.group.source
-        kept, removed = [], []
-        for doc in batch.docs:
-            found = verdict(self._filters, "\n".join(record_texts(doc.values, self._json_values)))
-            if found is None:
-                kept.append(doc)
-                continue
-            name, rule = found
-            stats.add(f"dropped.{rule}", 1, source)
-            stats.add(f"{COUNTER_PREFIX}{name}.{rule}", 1, source)
-            removed.append((node_of(batch.group, doc.member or "", doc.index),
-                            {"step": STEP, "reason": rule, "filter": name}))
-        stats.totals[TIME_PREFIX + STEP] += int((time.perf_counter() - start) * 1000)
-        yield dataclasses.replace(batch, docs=kept) if removed else batch
-        for pair in removed:
-            yield pvalue.TaggedOutput(REMOVED, pair)
+    def decide(self, doc, stats, source: str):
+        found = verdict(self._filters, "\n".join(record_texts(doc.values, self._json_values)))
+        if found is None:
+            return None
+        name, rule = found
+        stats.add(f"dropped.{rule}", 1, source)
+        stats.add(f"{COUNTER_PREFIX}{name}.{rule}", 1, source)
+        return {"step": STEP, "reason": rule, "filter": name}
 
 
-class FilterQuality(beam.PTransform):
+class FilterQuality(FilterRecords):
     """PCollection[DocBatch] -> (the batches without the records removed; a singleton summary (the filters'
     settings, the records listed) for data_params.json's `quality`).
 
@@ -69,15 +51,6 @@ class FilterQuality(beam.PTransform):
     DeadLetterPart PCollection (the listing's lines)."""
 
     def __init__(self, filters: tuple, json_values: tuple, output_dir: str, dead_letters):
-        super().__init__()
-        self._filters = tuple(filters)
-        self._json_values = tuple(json_values)
-        self._output_dir = output_dir
-        self._dead_letters = dead_letters
-
-    def expand(self, docs):
-        found = docs | "Filter" >> beam.ParDo(_Filter(self._filters, self._json_values)).with_output_types(
-            DocBatch).with_outputs(REMOVED, main="docs")
-        listed = found[REMOVED] | "List" >> ListRecords(self._output_dir, LISTING_DIR, self._dead_letters)
-        settings = {f.name: dataclasses.asdict(f) for f in self._filters}
-        return found.docs, listed | "Summary" >> beam.Map(lambda n: {"settings": settings, "listed": n})
+        filters = tuple(filters)
+        super().__init__(_Filter(filters, tuple(json_values)), output_dir, LISTING_DIR, dead_letters,
+                         {f.name: dataclasses.asdict(f) for f in filters})

@@ -13,6 +13,7 @@ GroupByKey holds everything it moves in memory.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Mapping, Optional
 
 import apache_beam as beam
@@ -22,10 +23,12 @@ from apache_beam import pvalue
 from transforms.core.dedup import batch_key_of, line_numbering, node_of
 from transforms.io.listing import write_listing
 from transforms.core.records import DocBatch, Origins
+from transforms.core.timing import TIME_PREFIX
 from transforms.io.spill import load_docs, load_tokens, spill_docs, spill_tokens
 from transforms.stages import coders  # noqa: F401  (registers the batches' coder)
 
-__all__ = ["RemoveRecords", "APPLIED", "unit_lines", "WriteListing", "ListRecords"]
+__all__ = ["RemoveRecords", "APPLIED", "unit_lines", "WriteListing", "ListRecords", "RecordFilter", "FilterRecords",
+           "REMOVED"]
 
 APPLIED = "applied"
 
@@ -203,3 +206,55 @@ class ListRecords(beam.PTransform):
                 | "JoinLines" >> beam.CoGroupByKey()
                 | "Lines" >> beam.FlatMap(_numbered)
                 | "Write" >> WriteListing(self._output_dir, self._directory))
+
+
+REMOVED = "removed"
+
+
+class RecordFilter(beam.DoFn):
+    """A step that keeps or removes each record of a DocBatch by the record alone (language identification, the
+    quality filters): `decide` says, counting what it finds in the batch's statistics, and this DoFn hands on the
+    batch without the removed records and REMOVED (node, listing fields) for each of them. `step` names the
+    stage's seconds in data_params.json's run.stage_seconds."""
+
+    step = ""
+
+    def decide(self, doc, stats, source: str):
+        """None to keep `doc`, else the fields its listing line holds (the stage's step, reason, ...)."""
+        raise NotImplementedError
+
+    def process(self, batch):
+        start = time.perf_counter()
+        kept, removed = [], []
+        for doc in batch.docs:
+            fields = self.decide(doc, batch.stats, batch.group.source)
+            if fields is None:
+                kept.append(doc)
+            else:
+                removed.append((node_of(batch.group, doc.member or "", doc.index), fields))
+        batch.stats.totals[TIME_PREFIX + self.step] += int((time.perf_counter() - start) * 1000)
+        yield dataclasses.replace(batch, docs=kept) if removed else batch
+        for pair in removed:
+            yield pvalue.TaggedOutput(REMOVED, pair)
+
+
+class FilterRecords(beam.PTransform):
+    """PCollection[DocBatch] -> (the batches without the records `fn` (a RecordFilter) removes; a singleton
+    summary, {"settings": `settings`, "listed": the records listed}, for its data_params.json section). The
+    removed records are listed in OUT/<listing_dir>/ (ListRecords)."""
+
+    def __init__(self, fn: RecordFilter, output_dir: str, listing_dir: str, dead_letters, settings: dict):
+        super().__init__()
+        self._fn = fn
+        self._output_dir = output_dir
+        self._listing_dir = listing_dir
+        self._dead_letters = dead_letters
+        self._settings = settings
+
+    def expand(self, docs):
+        # (The batches typed: sized for Beam's metrics without pickling, as NormalizeDocuments' are.)
+        found = docs | "Filter" >> beam.ParDo(self._fn).with_output_types(DocBatch).with_outputs(REMOVED,
+                                                                                                 main="docs")
+        listed = found[REMOVED] | "List" >> ListRecords(self._output_dir, self._listing_dir, self._dead_letters)
+        settings = self._settings
+        return found.docs, listed | "Summary" >> beam.Map(lambda n: {"settings": settings, "listed": n})
