@@ -19,7 +19,7 @@ import yaml
 
 from transforms.core.records import ConversationKey, HookColumn, JsonKey
 from transforms.core.mixture import MixtureSpec, parse_mixture
-from transforms.core.modes import CONVERSATION, PAIR, PREFERENCE, Mode
+from transforms.core.modes import CONVERSATION, PAIR, PREFERENCE, TEXT, Mode
 from transforms.core.modes import mode as mode_traits
 
 from transforms.core.splits import check_name, parse_context_splits, parse_data_splits
@@ -455,6 +455,13 @@ def _validate(mode: str, v: dict, sources: dict) -> Optional[MixtureSpec]:
     if v["keys"] and v.get("jsonl_key"):
         _require(False, "jsonl_key and dataset.keys are both set: choose one")
     traits = mode_traits(mode)
+    if "c4_quality" in (v["quality_filters"] or ()):
+        from pipelines.cerebras210 import uses_regions
+
+        _require(traits.record == TEXT and len(v["keys"] or ()) <= 1
+                 and not uses_regions(v.get("read_hook"), v.get("hook_kwargs") or {}),
+                 f"quality_filters: c4_quality cuts lines out of a record's text, which must be one text value "
+                 f"(LMData, LMData_VSL, FIM, one key, no read hook's regions); {mode}'s records are not")
     if traits.templated:
         _require(not v["keys"], f"dataset.keys does not apply to {mode}: use messages_key, chosen_key, ...")
         _require(v.get("chat_loss_span") in (None, "turn", "content"),

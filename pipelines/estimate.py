@@ -342,10 +342,11 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
 
 
 class _Filters:
-    """Which records the job's language identification (--languages) and decontamination keep, decided for each
-    record as the job decides it. A sample cannot apply decontamination's boilerplate rule (an n-gram in more
-    than decontaminate_max_docs of the corpus' records), so a sampled record holding any evaluation n-gram counts
-    removed: the prediction is then of at most the records the job keeps."""
+    """What the job's language identification (--languages), quality filters and decontamination leave of each
+    record, decided for each record as the job decides it: the record, what a filter cut leaves of it, or None. A
+    sample cannot apply decontamination's boilerplate rule (an n-gram in more than decontaminate_max_docs of the
+    corpus' records), so a sampled record holding any evaluation n-gram counts removed: the prediction is then
+    of at most the records the job keeps."""
 
     def __init__(self, plan):
         self._plan = plan
@@ -363,21 +364,33 @@ class _Filters:
                                                      plan.decontam) for path in plan.decontam_files])
 
     def __bool__(self) -> bool:
-        return self._model is not None or self._index is not None
+        return self._model is not None or self._index is not None or bool(self._plan.quality)
 
-    def keep(self, docs: list) -> list[bool]:
+    def apply(self, docs: list) -> list:
+        """Per record, None if the job removes it, else the record (with the text a quality filter's cut leaves,
+        normalized: the job tokenizes that)."""
         from transforms.core.decontam import record_evidence, record_texts
         from transforms.core.langid import decide, scores_of, texts_of
 
         plan = self._plan
         texts = [record_texts(self._values(d), self._json) for d in docs]
-        keep = [True] * len(docs)
+        out = list(docs)
         if self._model is not None:
-            keep = [decide(scores_of(self._model, texts_of(t)), plan.langid)[2] for t in texts]
+            out = [d if decide(scores_of(self._model, texts_of(t)), plan.langid)[2] else None
+                   for d, t in zip(out, texts)]
+        if plan.quality:
+            from transforms.core.quality import judge
+
+            for i, doc in enumerate(out):
+                found = judge(plan.quality, "\n".join(texts[i])) if doc is not None else None
+                if found is not None and found.removed is not None:
+                    out[i] = None
+                elif found is not None and found.text is not None:  # (a record of one text value: c4_quality's)
+                    out[i], texts[i] = Document(doc.index, (found.text,), doc.member), [found.text]
         if self._index is not None:
-            evidence = record_evidence([t if k else [] for t, k in zip(texts, keep)], self._index)
-            keep = [k and not e for k, e in zip(keep, evidence)]
-        return keep
+            evidence = record_evidence([t if d is not None else [] for t, d in zip(texts, out)], self._index)
+            out = [d if not e else None for d, e in zip(out, evidence)]
+        return out
 
     def _values(self, doc) -> tuple:
         """A record's values as the job's steps see them: normalized (keys joined as the reader joins them), but a
@@ -407,9 +420,8 @@ class _Counter:
         docs = [_checked(self._check, r) if isinstance(r, Document) else None for r in records]
         if self._filters is not None:
             present = [i for i, d in enumerate(docs) if d is not None]
-            for i, keep in zip(present, self._filters.keep([docs[i] for i in present])):
-                if not keep:
-                    docs[i] = None
+            for i, doc in zip(present, self._filters.apply([docs[i] for i in present])):
+                docs[i] = doc
         lengths, values = self._tokens.count([d for d in docs if d is not None])
         if self._splits is not None:
             subset = self._splits.subset_index(relpath)

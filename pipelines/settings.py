@@ -164,11 +164,12 @@ class Settings:
         "the score (probability) one of languages must pass for a record to be kept, datatrove's 0.65; "
         "data_params.json also counts, per language, the records whose language scores no more")
     quality_filters: Optional[tuple] = _s("processing", "list", None,
-        "quality filters, asked in this order (comma-separated): gopher_quality and gopher_repetition (Gopher's "
-        "quality and repetition rules, decided as datatrove's GopherQualityFilter and GopherRepetitionFilter decide "
-        "them); a record a filter removes is counted for its rule and "
-        "listed in output_dir/filtered/quality/, before decontamination, dedup, splits and a mixture's draw "
-        "(words are split by spaCy: the filters extra)")
+        "quality filters, asked in this order (comma-separated), each deciding as datatrove's filter of the same "
+        "rules: gopher_quality, gopher_repetition (Gopher's quality and repetition rules), c4_quality (C4's: the "
+        "lines its rules refuse are cut from the text, its document rules remove the record; a record of one text "
+        "value only) and fineweb_quality (FineWeb's); a record a filter removes is counted for its rule and "
+        "listed in output_dir/filtered/quality/ (a record cut too), before decontamination, dedup, splits and a "
+        "mixture's draw (words are split by spaCy: the filters extra)")
     quality_filter_params: Optional[str] = _s("processing", "mapping", None,
         "each quality filter's settings over its defaults, e.g. {\"gopher_quality\": {\"min_doc_words\": 100, "
         "\"min_stop_words\": null}} (YAML mapping, or JSON on the command line; null leaves a rule out)")

@@ -41,9 +41,11 @@ def summary_line(params: dict, output_dir: str, seconds: float) -> str:
         for body in params["quality"]["filters"].values():
             rules.update(body["documents_removed"])
         top = sorted(rules, key=lambda k: (-rules[k], k))
+        cut = params["quality"].get("documents_cut", 0)
         tail += (f" Quality filters: {params['quality']['documents_removed']} records removed"
-                 + (" (" + ", ".join(f"{k} {rules[k]}" for k in top) + f"), see {fs.join(output_dir, QUALITY_DIR)}"
-                    if top else "") + ".")
+                 + (" (" + ", ".join(f"{k} {rules[k]}" for k in top) + ")" if top else "")
+                 + (f", {cut} cut to the lines their rules keep" if cut else "")
+                 + (f"; see {fs.join(output_dir, QUALITY_DIR)}" if top or cut else "") + ".")
     if "decontamination" in params:
         d = params["decontamination"]
         tail += (f" Decontamination: {d['documents_removed']} records removed ({d['characters_removed']} characters), "

@@ -310,13 +310,17 @@ MATRIX = {
     # Near duplicates across files and outputs (the dedup stage's every grouping and join).
     "dedup_split": lambda inp: ["LMData", "--input_dir", str(inp["dups"]), *GPT2, "--max_seq_length", "256",
                                 "--dedup", "near", "--data_splits", "train=0.7,test=0.3", "--shuffle", "True"],
-    # Language identification and Gopher's quality rules (their listings), evaluation text found across files and
+    # Language identification and the quality filters (their listings, C4's cuts), evaluation text found across files and
     # outputs, one n-gram boilerplate (the decontamination's index, its groupings and its join), before near dedup.
     "decontam_split": lambda inp: ["LMData", "--input_dir", str(inp["dups"]), *GPT2, "--max_seq_length", "256",
                                    "--language_id", "True", "--quality_filters",
-                                   "gopher_quality,gopher_repetition", "--quality_filter_params",
-                                   # (0.5: the record that holds an evaluation item is kept for decontamination)
-                                   '{"gopher_quality": {"max_non_alpha_words_ratio": 0.5}}',
+                                   "gopher_quality,gopher_repetition,c4_quality,fineweb_quality",
+                                   "--quality_filter_params",
+                                   # (the records that hold an evaluation item are kept for decontamination; C4
+                                   # cuts lines of some)
+                                   '{"gopher_quality": {"max_non_alpha_words_ratio": 0.5}, "c4_quality": '
+                                   '{"filter_no_terminal_punct": false, "filter_curly_bracket": false, '
+                                   '"min_num_sentences": 2}, "fineweb_quality": {"line_punct_thr": 0.05}}',
                                    "--decontaminate", str(inp["eval"]), "--decontaminate_max_docs", "1",
                                    "--dedup", "near", "--data_splits", "train=0.7,test=0.3", "--shuffle", "True"],
     # A file read in order, cut into groups of ~40 KB that are all handed to other workers (a file past

@@ -1,6 +1,6 @@
-"""Quality filters (issue #47): Gopher's quality rules (transforms/core/quality.py) against datatrove's
-GopherQualityFilter on real corpora, every decision; and the stage through the job: counted per rule, listed,
-recounted by verify, before decontamination; the settings."""
+"""Quality filters (issue #47): Gopher's, C4's and FineWeb's rules (transforms/core/quality.py) against
+datatrove's filters on real corpora, every decision (and every text C4 cuts); and the stage through the job:
+counted per rule, listed, recounted by verify, before decontamination; the settings."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import RUNNER, SHARED, require_shared, run_job, verify_problems
+import numpy as np
+
+from tests.helpers import RUNNER, SHARED, read_rows, require_shared, run_job, verify_problems
 from transforms.core import quality as Q
 from transforms.core.stats import Stats
 
@@ -78,15 +80,16 @@ def test_a_filter_is_made_from_its_name_and_settings():
     assert Q.filter_config("gopher_quality") == Q.GopherQuality()
     made = Q.filter_config("gopher_quality", {"min_doc_words": 10, "stop_words": ["a", "b"]})
     assert made.min_doc_words == 10 and made.stop_words == ("a", "b")
-    with pytest.raises(ValueError, match="quality filter 'c5': expected one of gopher_quality, gopher_repetition"):
+    with pytest.raises(ValueError, match="quality filter 'c5': expected one of c4_quality, fineweb_quality, "
+                                         "gopher_quality, gopher_repetition"):
         Q.filter_config("c5")
     with pytest.raises(ValueError, match="quality filter gopher_quality: unknown setting min_words"):
         Q.filter_config("gopher_quality", {"min_words": 3})
 
 
-def test_verdict_asks_each_filter_in_order():
+def test_judge_asks_each_filter_in_order_on_the_text_the_ones_before_left():
     class Never:
-        name, needs_words = "never", False
+        name, needs_words, cuts_lines = "never", False, False
 
         def check(self, text, words):
             return None
@@ -95,12 +98,25 @@ def test_verdict_asks_each_filter_in_order():
         name, needs_words = "always", True
 
         def check(self, text, words):
-            assert words is not None
+            assert words == Q.words_of(text)
             return "rule"
 
-    assert Q.verdict([Never()], "x") is None
-    assert Q.verdict([Never(), Always()], "x") == ("always", "rule")
-    assert Q.verdict([Always(), Never()], "x") == ("always", "rule")
+    class Short(Never):  # removes a text of fewer than 5 words
+        name, needs_words = "short", True
+
+        def check(self, text, words):
+            return "short" if len(words) < 5 else None
+
+    assert Q.judge([Never()], "x") == Q.Judgement()
+    assert Q.judge([Never(), Always()], "x") == Q.Judgement(("always", "rule"))
+    assert Q.judge([Always(), Never()], "x") == Q.Judgement(("always", "rule"))
+    c4 = Q.C4Quality(min_num_sentences=1)
+    text = "One two three four.\nno end here\nFive six seven [2] eight."
+    assert Q.judge([Short(), c4, Never()], text) == Q.Judgement(
+        None, "One two three four.\nFive six seven  eight.", (("c4_quality", {"no_terminal_punc": 1}),))
+    assert Q.judge([Short()], "A b c.\nx y") == Q.Judgement()  # 6 words
+    assert Q.judge([c4, Short()], "A b c.\nx y") == Q.Judgement(("short", "short"))  # 4 words once cut
+    assert Q.judge([c4], "Just one line here.") == Q.Judgement()  # nothing to cut
 
 
 def test_the_section_and_verify_count_each_rule():
@@ -110,9 +126,10 @@ def test_the_section_and_verify_count_each_rule():
     settings = {"gopher_quality": {"min_doc_words": 50}}
     section = Q.quality_section({"settings": settings, "listed": 3}, stats)
     assert section == {"filters": {"gopher_quality": {"min_doc_words": 50, "documents_removed": {
-        "gopher_short_doc": 2, "gopher_enough_stop_words": 1}}}, "documents_removed": 3, "listed": 3,
+        "gopher_short_doc": 2, "gopher_enough_stop_words": 1}}}, "documents_removed": 3, "documents_cut": 0,
+        "listed": 3,
         "per_source": {"/in/a.jsonl": {"documents_removed": 2}, "/in/b.jsonl": {"documents_removed": 1}}}
-    with pytest.raises(RuntimeError, match="3 records removed, 4 listed"):
+    with pytest.raises(RuntimeError, match="3 records removed and 0 cut, 4 listed"):
         Q.quality_section({"settings": settings, "listed": 4}, stats)
     inp = {"dropped_by_reason": {"gopher_short_doc": 2, "gopher_enough_stop_words": 1}}
     assert Q.check_quality(section, inp, {"gopher_short_doc": 2, "gopher_enough_stop_words": 1}) == []
@@ -128,6 +145,26 @@ def test_the_section_and_verify_count_each_rule():
         "quality.per_source removes 0 records, the total is 3",
         "quality.listed is 2, 3 records were removed",
         "filtered/quality/ lists 1 records, quality.documents_removed is 3"]
+
+
+def test_the_section_and_verify_count_the_records_cut():
+    stats = Stats()
+    stats.add("quality.c4_quality.too_few_sentences", 1, "/in/a.jsonl")
+    for name, n in (("documents", 2), ("c4_quality.documents", 2), ("c4_quality.characters", 40),
+                    ("c4_quality.lines.policy", 1), ("c4_quality.lines.no_terminal_punc", 3)):
+        stats.add("quality_cut." + name, n)
+    section = Q.quality_section({"settings": {"c4_quality": {}}, "listed": 3}, stats)
+    assert section["filters"]["c4_quality"] == {
+        "documents_removed": {"too_few_sentences": 1}, "documents_cut": 2, "characters_removed": 40,
+        "lines_cut": {"no_terminal_punc": 3, "policy": 1}}
+    assert section["documents_removed"] == 1 and section["documents_cut"] == 2 and section["listed"] == 3
+    assert section["per_source"] == {"/in/a.jsonl": {"documents_removed": 1}}  # (cuts are not removals)
+    inp = {"dropped_by_reason": {"too_few_sentences": 1}}
+    assert Q.check_quality(section, inp, {"too_few_sentences": 1, "lines_cut": 2}) == []
+    assert Q.check_quality(section, inp, {"too_few_sentences": 1, "lines_cut": 1}) == [
+        "filtered/quality/ lists 1 records cut, quality.documents_cut is 2"]
+    assert Q.check_quality({**section, "documents_cut": 3}, inp, {"too_few_sentences": 1, "lines_cut": 2}) == [
+        "quality.documents_cut is 3, its filters cut 2"]
 
 
 def test_repetition_rules_remove_for_their_reason_in_order():
@@ -170,6 +207,78 @@ def test_repetition_settings_are_checked():
     assert set(Q.GopherRepetition.reasons) >= {"top_2_gram", "duplicated_10_n_grams", "dup_para_frac"}
 
 
+def test_c4_cuts_the_lines_its_rules_refuse_and_removes_for_its_document_rules():
+    c4 = Q.C4Quality(min_num_sentences=2)
+    good = "The river rose all night. Nobody slept."
+    text = "\n".join([good, "  Menu  ", "Enable JavaScript to see this page.", "We use cookies on this site, ok.",
+                      "Too few.", "A word " + "x" * 1001 + " here.", "Ends without a stop", "Trails off...",
+                      "See the note [1] for more.", "A quirk kept [edit] as it is. [citation needed]"])
+    rule, left, cut = c4.cut(text)
+    # (A citation is cut after the line is stripped: one at its end leaves a space there, and no stop.)
+    assert rule is None and left == good + "\nSee the note  for more."
+    assert cut == {"no_terminal_punc": 4, "javascript": 1, "policy": 1, "too_few_words": 1, "too_long_word": 1}
+    assert c4.cut(good + "\n{ a b c.")[0] == "curly_bracket"
+    assert c4.cut(good + "\nLorem ipsum dolor sit.")[0] == "lorem_ipsum"
+    assert c4.cut("One line, one sentence here.")[0] == "too_few_sentences"
+    assert Q.C4Quality(min_num_sentences=-1).cut("no end")[:2] == ("c4_empty", "")  # (-1: datatrove's "none")
+    assert Q.C4Quality(min_num_sentences=None, min_words_per_line=-1).cut("Hi.") == (None, "Hi.", {})
+    by_sentence = Q.C4Quality(split_paragraph=False, min_num_sentences=1)
+    assert by_sentence.cut("First one is fine. then no end\nLast one ends here.") == (
+        None, "First one is fine. then no end\nLast one ends here.", {})
+    assert Q.sentence_count("One. Two! Three?") == 3 and Q.sentence_count("") == 1
+
+
+def test_fineweb_rules_remove_for_their_reason_in_order():
+    f = Q.FineWebQuality()
+    prose = "\n".join(f"Line {i} of this page says something long enough." for i in range(5))
+    assert f.check(prose, Q.words_of(prose)) is None
+    assert f.check(" \n\t", []) == "fineweb_empty"
+    no_stops = "\n".join(f"line {i} has words but never stops at all" for i in range(9)) + "\nOne stop."
+    assert f.check(no_stops, Q.words_of(no_stops)) == "line_punct_ratio"  # 1 of 10 < 0.12
+    long_line = "a line with no stop that is long enough to count"
+    assert f.check(long_line, Q.words_of(long_line)) == "line_punct_ratio"
+    assert Q.FineWebQuality(line_punct_exclude_zero=True).check(long_line, Q.words_of(long_line)) is None
+    short = "\n".join(["Short one.", "Short two.", "This line is long enough not to count as short."])
+    assert f.check(short, Q.words_of(short)) is None  # 2 of 3: not more than 0.67
+    short = "Short zero.\n" + short
+    assert f.check(short, Q.words_of(short)) == "short_line_ratio"  # 3 of 4
+    dup = prose + "\n" + prose.split("\n")[0]
+    assert f.check(dup, Q.words_of(dup)) == "char_dup_ratio"
+    listy = "\n".join(f"Item number {i} of the list is written here." for i in range(10))  # 9 newlines, 100 words
+    assert f.check(listy, Q.words_of(listy)) is None
+    assert Q.FineWebQuality(new_line_ratio=0.08).check(listy, Q.words_of(listy)) == "list_ratio"
+    assert Q.FineWebQuality(stop_chars=["!"]).check(prose, Q.words_of(prose)) == "line_punct_ratio"
+
+
+def test_spacy_is_made_anew_once_it_has_met_many_words(monkeypatch):
+    """spaCy keeps a little of every word it meets, even in a memory zone: past LEXEMES_KEPT its tokenizers are
+    made anew (a worker's memory must not grow with the corpus' vocabulary), and nothing they say changes."""
+    text = "Its fifth cat sat. Then one more sat down, alone!"
+    words, sentences = Q.words_of(text), Q.sentence_count(text)
+    state = Q._STATE
+    first_words, first_sentences = state.words()[0], state.sentences()
+    monkeypatch.setattr(state, "LEXEMES_KEPT", len(first_words.vocab) + 5)
+    monkeypatch.setattr(state, "runs", {})
+    Q.words_of(" ".join(f"w{i}x" for i in range(20)))
+    assert state.words()[0] is not first_words and Q.words_of(text) == words
+    monkeypatch.setattr(state, "LEXEMES_KEPT", len(first_sentences.vocab) + 5)
+    Q.sentence_count(" ".join(f"u{i}v." for i in range(20)))
+    assert state.sentences() is not first_sentences and Q.sentence_count(text) == sentences == 2
+
+
+def test_threads_split_words_and_sentences_each_with_their_own_spacy():
+    """A runner's worker runs bundles in threads: each has its own spaCy and cache (one thread's memory zone
+    ending would let go of strings another's tokens still name), so what they say is what one thread says."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [f"Record {i} says w{i}x and (q{i}): ((z{i}.\nA second line, c{i} :) here! Third {i}." for i in range(400)]
+    alone = [(Q.words_of(t), Q.sentence_count(t), Q.C4Quality(min_num_sentences=1).cut(t)) for t in texts]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda t: (Q.words_of(t), Q.sentence_count(t),
+                                            Q.C4Quality(min_num_sentences=1).cut(t)), texts * 3))
+    assert together == alone * 3
+
+
 # ------------------------------------------------------------------- against datatrove
 
 
@@ -177,6 +286,24 @@ def test_words_are_datatroves():
     split = pytest.importorskip("datatrove.utils.text").split_into_words
     for text in _texts()[::7]:
         assert Q.words_of(text) == split(text)
+
+
+def test_words_are_each_runs_own_whatever_the_cache_holds(monkeypatch):
+    """A text's words are its whitespace runs' tokens, each run tokenized alone: the same whichever runs the
+    cache already holds, and when it starts over. (spaCy's whole-text matcher lets ": ((" reach back across the
+    space into "a):"; here "a):" is tokenized as it is alone: the one deliberate difference.)"""
+    text = "map(ord, a): ((1000003 x)\n\n  Mr. Smith's cat :) sat."
+    state = Q._STATE
+    monkeypatch.setattr(state, "runs", {})
+    cold = Q.words_of(text)
+    assert cold == ["map(ord", ",", "a", "):", "(", "(", "1000003", "x", ")", "Mr.", "Smith", "'s", "cat", ":)",
+                    "sat", "."]
+    assert [t.text for t in Q._tokens(state.sentences(), "map(ord, a): ((1")][3:5] == [")", ":"]  # (spaCy's)
+    Q.words_of("((1000003 Smith's")  # (some of its runs cached, alone)
+    monkeypatch.setattr(state, "runs", {r: w for r, w in state.runs.items() if r in ("((1000003", "Smith's")})
+    assert Q.words_of(text) == cold
+    monkeypatch.setattr(state, "RUNS_KEPT", 3)  # (starts over at every text)
+    assert Q.words_of(text) == cold and Q.words_of(text + " more") == cold + ["more"]
 
 
 def test_every_repetition_decision_is_datatroves():
@@ -221,6 +348,36 @@ def test_every_decision_is_datatroves():
     assert len(texts) > 350 and 0 < kept < len(texts) and reasons < 0.02 * len(texts)
 
 
+def test_every_c4_and_fineweb_decision_is_datatroves():
+    """datatrove's C4QualityFilter and FineWebQualityFilter over the same corpora: the same rule removes each
+    record, and C4 leaves the same text of each record it keeps (by lines, and by sentences on a third)."""
+    from datatrove.data import Document
+    from datatrove.pipeline.filters.c4_filters import C4QualityFilter
+    from datatrove.pipeline.filters.fineweb_quality_filter import FineWebQualityFilter
+
+    texts = _texts()
+    checked = {"c4": [0, 0], "c4_sentences": [0, 0], "fineweb": [0, 0]}  # kept, removed
+    for split_paragraph, name, sample in ((True, "c4", texts), (False, "c4_sentences", texts[::3])):
+        theirs_filter = C4QualityFilter(split_paragraph=split_paragraph)
+        ours_filter = Q.C4Quality(split_paragraph=split_paragraph)
+        for i, text in enumerate(sample):
+            doc = Document(text=text, id=str(i))
+            got = theirs_filter.filter(doc)
+            rule, left, _ = ours_filter.cut(text)
+            if got is True and doc.text == "":
+                assert rule == "c4_empty", i  # (the one difference: datatrove keeps an empty document)
+            else:
+                assert (rule, left if rule is None else None) == ((None, doc.text) if got is True else (got[1], None)), i
+            checked[name][rule is not None] += 1
+    theirs_filter, ours_filter = FineWebQualityFilter(), Q.FineWebQuality()
+    for i, text in enumerate(texts):
+        got = theirs_filter.filter(Document(text=text, id=str(i)))
+        ours = ours_filter.check(text, Q.words_of(text))
+        assert ours == (None if got is True else got[1]), (i, ours, got)
+        checked["fineweb"][ours is not None] += 1
+    assert all(kept and removed for kept, removed in checked.values()), checked
+
+
 # ------------------------------------------------------------------- through the job
 
 
@@ -260,9 +417,59 @@ def test_the_job_removes_counts_and_lists_what_the_rules_remove(tmp_path):
     assert "quality" not in plain and not any(k.startswith("quality") for k in plain["processing"])
 
 
+def test_the_job_writes_what_c4_leaves_of_each_record(tmp_path, capsys):
+    """The rows of a job that cuts with C4 and filters with FineWeb are the rows of the same job without filters
+    over what the filters leave of the records; each record cut or removed is listed, and verify agrees; the
+    estimate on the whole corpus counts what the job keeps."""
+    from pipelines.create_hdf5_dataset import main
+    lines = require_shared(SHARED / "corpora" / "en_small_pd.jsonl").read_text().split("\n")[:120]
+    texts = [json.loads(x)["text"] for x in lines if x] + [  # (and records neither filter changes)
+        f"Record {i} has one clean line. It holds three sentences. Each ends with a stop." for i in range(3)]
+    filters = (Q.C4Quality(min_num_sentences=3), Q.FineWebQuality())
+    left, want = [], {}
+    for line, text in enumerate(texts, 1):
+        found = Q.judge(filters, text)
+        if found.removed:
+            want[line] = found.removed[1]
+        else:
+            left.append(found.text if found.text is not None else text)
+            if found.text is not None:
+                want[line] = Q.CUT_REASON
+    assert 0 < list(want.values()).count(Q.CUT_REASON) < len(want) < len(texts)
+    for name, records in (("in", texts), ("left", left)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in records))
+    flags = ["--quality_filters", "c4_quality,fineweb_quality",
+             "--quality_filter_params", json.dumps({"c4_quality": {"min_num_sentences": 3}})]
+    params = run_job(_args(tmp_path / "in", tmp_path / "out", *flags))
+    listing = _listing(tmp_path / "out")
+    assert {r["line"]: r["reason"] for r in listing} == want
+    cut = [r for r in listing if r["reason"] == Q.CUT_REASON]
+    assert all(r["filter"] == "c4_quality" and r["characters_removed"] > 0 for r in cut)
+    c4 = params["quality"]["filters"]["c4_quality"]
+    assert c4["documents_cut"] == params["quality"]["documents_cut"] == len(cut)
+    assert c4["characters_removed"] == sum(r["characters_removed"] for r in cut)
+    assert c4["lines_cut"] == {k: sum(r["lines"].get(k, 0) for r in cut) for k in c4["lines_cut"]}
+    assert params["input"]["used"] == len(left)
+    assert verify_problems(tmp_path / "out") == []
+    from pipelines.summary import summary_line
+
+    said = summary_line(params, str(tmp_path / "out"), 1.0)
+    assert f", {len(cut)} cut to the lines their rules keep; see {tmp_path / 'out' / 'filtered' / 'quality'}." in said
+    run_job(_args(tmp_path / "left", tmp_path / "plain"))
+    assert np.array_equal(read_rows(tmp_path / "out"), read_rows(tmp_path / "plain"))
+    argv = [a for a in _args(tmp_path / "in", "unused", *flags) if a not in ("--output_dir", "unused")]
+    assert main(["estimate", *argv, "--sample", "100%", *RUNNER]) == 0
+    said = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
+    for name, value in (("documents", len(left)), ("tokens", params["post-process"]["num_tokens"])):
+        low, high = (float(x[:-1]) * 1000 if x.endswith("k") else float(x)
+                     for x in said[name].split("95%: ")[1].split(",")[0].rstrip(")").split("-"))
+        assert low <= value <= high < 2 * value, (name, value, said[name])  # (unfiltered: 3 times as many)
+
+
 @pytest.mark.parametrize("flags, message", [
-    (["--quality_filters", "c5"], "quality_filters: quality filter 'c5': expected one of gopher_quality, "
-                                  "gopher_repetition"),
+    (["--quality_filters", "c5"], "quality_filters: quality filter 'c5': expected one of c4_quality, "
+                                  "fineweb_quality, gopher_quality, gopher_repetition"),
     (["--quality_filters", "gopher_quality", "--quality_filter_params", '{"gopher_quality": {"x": 1}}'],
      "quality filter gopher_quality: unknown setting x"),
     (["--quality_filter_params", '{"gopher_quality": {}}'], "quality_filter_params: names gopher_quality, which "
@@ -273,3 +480,13 @@ def test_bad_quality_settings_are_refused_by_name(flags, message, tmp_path):
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load_config(_args(tmp_path, tmp_path / "out", *flags) + RUNNER)
+
+
+def test_c4_is_refused_for_records_of_more_than_one_text(tmp_path):
+    from pipelines.config import ConfigError, load_config
+
+    argv = ["Summarization"] + _args(tmp_path, tmp_path / "out", "--prompt_key", "p", "--completion_key", "c",
+                                     "--quality_filters", "c4_quality")[1:]
+    with pytest.raises(ConfigError, match="quality_filters: c4_quality cuts lines out of a record's text, which "
+                                          "must be one text value .*; Summarization's records are not"):
+        load_config(argv + RUNNER)

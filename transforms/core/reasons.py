@@ -114,6 +114,17 @@ REASONS: tuple[Reason, ...] = (
              "text than top_n_grams allows") for n in range(2, 11)),
     *(Reason(f"duplicated_{n}_n_grams", DROPPED, f"gopher_repetition: its repeated {n}-word n-grams hold more of "
              "the text than dup_n_grams allows") for n in range(2, 11)),
+    Reason("lorem_ipsum", DROPPED, "c4_quality: a line it keeps holds \"lorem ipsum\" (filter_lorem_ipsum)"),
+    Reason("curly_bracket", DROPPED, "c4_quality: a line it keeps holds a curly bracket (filter_curly_bracket)"),
+    Reason("too_few_sentences", DROPPED, "c4_quality: fewer sentences in the lines it keeps than min_num_sentences"),
+    Reason("c4_empty", DROPPED, "c4_quality: no text left once its rules cut the lines they refuse"),
+    Reason("fineweb_empty", DROPPED, "fineweb_quality: no line that is not blank (datatrove's 'empty')"),
+    Reason("line_punct_ratio", DROPPED, "fineweb_quality: fewer lines ending a sentence than line_punct_thr"),
+    Reason("short_line_ratio", DROPPED, "fineweb_quality: more lines of at most short_line_length characters than "
+           "short_line_thr"),
+    Reason("char_dup_ratio", DROPPED, "fineweb_quality: more characters in lines repeating an earlier one than "
+           "char_duplicates_ratio"),
+    Reason("list_ratio", DROPPED, "fineweb_quality: more newlines per word than new_line_ratio"),
     Reason(LANGUAGE, DROPPED, "not in one of the languages asked for (languages: none of them scores above "
            "language_threshold, by fastText's lid.176 as datatrove asks it); listed in OUT/filtered/language/ with "
            "its language and score"),

@@ -1,7 +1,9 @@
 """FilterQuality: the records that fail a quality filter (Gopher's, ...) removed, each counted for the rule that
-removed it and listed (issue #47).
+removed it and listed; the records a filter cuts lines out of (C4's) kept with what is left of their text, counted
+and listed too (issue #47).
 
-    DocBatch ─Filter (each record's words split once, every filter asked in turn)─► the batch without them
+    DocBatch ─Filter (each record's words split once, every filter asked in turn)─► the batch without them, the
+                                                                                    cut ones' texts replaced
                                                                                 └─► REMOVED (node, filter, rule)
         ─CoGroupByKey file (its units' line counts)─► OUT/filtered/quality/<file>.jsonl
 
@@ -14,14 +16,15 @@ from __future__ import annotations
 import dataclasses
 
 from transforms.core.decontam import record_texts
-from transforms.core.quality import COUNTER_PREFIX, LISTING_DIR, STEP, verdict, words_of
-from transforms.stages.removal import FilterRecords, RecordFilter
+from transforms.core.quality import COUNTER_PREFIX, CUT_PREFIX, CUT_REASON, LISTING_DIR, STEP, judge, words_of
+from transforms.stages.removal import Cut, FilterRecords, RecordFilter
 
 __all__ = ["FilterQuality"]
 
 
 class _Filter(RecordFilter):
-    """A record a filter removes, counted dropped.<its rule> and <filter>.<rule>."""
+    """A record a filter removes, counted dropped.<its rule> and <filter>.<rule>; a record a filter cuts, counted
+    with its lines per rule and its characters removed."""
 
     step = STEP
 
@@ -33,13 +36,27 @@ class _Filter(RecordFilter):
         words_of("")  # (spaCy loaded once per worker, before the first batch's clock starts)
 
     def decide(self, doc, stats, source: str):
-        found = verdict(self._filters, "\n".join(record_texts(doc.values, self._json_values)))
-        if found is None:
+        text = "\n".join(record_texts(doc.values, self._json_values))
+        found = judge(self._filters, text)
+        if found.removed is not None:
+            name, rule = found.removed
+            stats.add(f"dropped.{rule}", 1, source)
+            stats.add(f"{COUNTER_PREFIX}{name}.{rule}", 1, source)
+            return {"step": STEP, "reason": rule, "filter": name}
+        if found.text is None:
             return None
-        name, rule = found
-        stats.add(f"dropped.{rule}", 1, source)
-        stats.add(f"{COUNTER_PREFIX}{name}.{rule}", 1, source)
-        return {"step": STEP, "reason": rule, "filter": name}
+        # (Only a record of one text value is cut: the settings refuse a filter that cuts for any other.)
+        lines: dict = {}
+        for name, cut in found.cuts:
+            stats.add(f"{CUT_PREFIX}{name}.documents")
+            stats.add(f"{CUT_PREFIX}{name}.characters", len(text) - len(found.text))
+            for rule, n in cut.items():
+                stats.add(f"{CUT_PREFIX}{name}.lines.{rule}", n)
+                lines[rule] = lines.get(rule, 0) + n
+        stats.add(f"{CUT_PREFIX}documents")
+        return Cut(dataclasses.replace(doc, values=(found.text,)), {
+            "step": STEP, "reason": CUT_REASON, "filter": ",".join(name for name, _ in found.cuts),
+            "lines": lines, "characters_removed": len(text) - len(found.text)})
 
 
 class FilterQuality(FilterRecords):

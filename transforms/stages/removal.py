@@ -27,8 +27,8 @@ from transforms.core.timing import TIME_PREFIX
 from transforms.io.spill import load_docs, load_tokens, spill_docs, spill_tokens
 from transforms.stages import coders  # noqa: F401  (registers the batches' coder)
 
-__all__ = ["RemoveRecords", "APPLIED", "unit_lines", "WriteListing", "ListRecords", "RecordFilter", "FilterRecords",
-           "REMOVED"]
+__all__ = ["RemoveRecords", "APPLIED", "unit_lines", "WriteListing", "ListRecords", "RecordFilter", "Cut",
+           "FilterRecords", "REMOVED"]
 
 APPLIED = "applied"
 
@@ -211,30 +211,42 @@ class ListRecords(beam.PTransform):
 REMOVED = "removed"
 
 
+@dataclasses.dataclass(frozen=True)
+class Cut:
+    """A record kept with less of its text (`doc`, what is left), listed with `fields` all the same."""
+
+    doc: object
+    fields: dict
+
+
 class RecordFilter(beam.DoFn):
-    """A step that keeps or removes each record of a DocBatch by the record alone (language identification, the
-    quality filters): `decide` says, counting what it finds in the batch's statistics, and this DoFn hands on the
-    batch without the removed records and REMOVED (node, listing fields) for each of them. `step` names the
-    stage's seconds in data_params.json's run.stage_seconds."""
+    """A step that keeps, cuts or removes each record of a DocBatch by the record alone (language identification,
+    the quality filters): `decide` says, counting what it finds in the batch's statistics, and this DoFn hands on
+    the batch without the removed records and with the cut ones' new texts, and REMOVED (node, listing fields)
+    for each record removed or cut. `step` names the stage's seconds in data_params.json's run.stage_seconds."""
 
     step = ""
 
     def decide(self, doc, stats, source: str):
-        """None to keep `doc`, else the fields its listing line holds (the stage's step, reason, ...)."""
+        """None to keep `doc`; a Cut to keep less of it; else the fields its listing line holds (the stage's
+        step, reason, ...)."""
         raise NotImplementedError
 
     def process(self, batch):
         start = time.perf_counter()
-        kept, removed = [], []
+        kept, listed = [], []
         for doc in batch.docs:
             fields = self.decide(doc, batch.stats, batch.group.source)
             if fields is None:
                 kept.append(doc)
-            else:
-                removed.append((node_of(batch.group, doc.member or "", doc.index), fields))
+                continue
+            if isinstance(fields, Cut):
+                kept.append(fields.doc)
+                fields = fields.fields
+            listed.append((node_of(batch.group, doc.member or "", doc.index), fields))
         batch.stats.totals[TIME_PREFIX + self.step] += int((time.perf_counter() - start) * 1000)
-        yield dataclasses.replace(batch, docs=kept) if removed else batch
-        for pair in removed:
+        yield dataclasses.replace(batch, docs=kept) if listed else batch
+        for pair in listed:
             yield pvalue.TaggedOutput(REMOVED, pair)
 
 
