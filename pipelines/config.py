@@ -527,8 +527,8 @@ def _validate_language(v: dict) -> None:
 
 
 def _validate_decontaminate(v: dict) -> None:
-    _require(v["decontaminate_action"] == "drop",
-             f"decontaminate_action: {v['decontaminate_action']!r} is not one of drop (cut is not built yet)")
+    _require(v["decontaminate_action"] in ("drop", "cut"),
+             f"decontaminate_action: {v['decontaminate_action']!r} is not one of drop, cut")
     _require(v["decontaminate_ngram"] >= 1, "decontaminate_ngram: must be >= 1")
     _require(1 <= v["decontaminate_min_ngram"] <= v["decontaminate_ngram"],
              f"decontaminate_min_ngram: {v['decontaminate_min_ngram']} is not between 1 and decontaminate_ngram "

@@ -343,10 +343,10 @@ def estimate(config: Config, sample: str = DEFAULT_SAMPLE, seed: int = 0, *, job
 
 class _Filters:
     """What the job's language identification (--languages), quality filters and decontamination leave of each
-    record, decided for each record as the job decides it: the record, what a filter cut leaves of it, or None. A
-    sample cannot apply decontamination's boilerplate rule (an n-gram in more than decontaminate_max_docs of the
-    corpus' records), so a sampled record holding any evaluation n-gram counts removed: the prediction is then
-    of at most the records the job keeps."""
+    record, decided for each record as the job decides it: the record, what a filter or the cut action leaves of
+    it, or None. A sample cannot apply decontamination's boilerplate rule (an n-gram in more than
+    decontaminate_max_docs of the corpus' records), so a sampled record holding any evaluation n-gram counts
+    removed (or cut): the prediction is then of at most the records the job keeps."""
 
     def __init__(self, plan):
         self._plan = plan
@@ -373,7 +373,8 @@ class _Filters:
         from transforms.core.langid import decide, scores_of, texts_of
 
         plan = self._plan
-        texts = [record_texts(self._values(d), self._json) for d in docs]
+        values = [self._values(d) for d in docs]
+        texts = [record_texts(v, self._json) for v in values]
         out = list(docs)
         if self._model is not None:
             out = [d if decide(scores_of(self._model, texts_of(t)), plan.langid)[2] else None
@@ -387,9 +388,16 @@ class _Filters:
                     out[i] = None
                 elif found is not None and found.text is not None:  # (a record of one text value: c4_quality's)
                     out[i], texts[i] = Document(doc.index, (found.text,), doc.member), [found.text]
+                    values[i] = (found.text,)
         if self._index is not None:
+            from transforms.core.decontam import CUT, cut_record, verdict
+
             evidence = record_evidence([t if d is not None else [] for t, d in zip(texts, out)], self._index)
-            out = [d if not e else None for d, e in zip(out, evidence)]
+            cutting = plan.decontam.action == CUT and not any(self._json)
+            for i, found in enumerate(evidence):
+                if found:
+                    kept = cut_record(values[i], verdict(found)[3], plan.decontam) if cutting else None
+                    out[i] = None if kept is None else Document(out[i].index, kept, out[i].member)
         return out
 
     def _values(self, doc) -> tuple:

@@ -190,7 +190,10 @@ class Settings:
     decontaminate_max_docs: int = _s("processing", "int", 10,
         "an n-gram found in more training records than this is boilerplate, not evidence (GPT-3's rule; counted)")
     decontaminate_action: Optional[str] = _s("processing", "str", "drop",
-        "what happens to a contaminated record: drop (removed whole, counted and listed)")
+        "what happens to a contaminated record: drop (removed whole, counted and listed) or cut (NeMo Curator's: "
+        "each match and 200 characters each side of it cut out, the pieces left (of at least 200 characters) kept "
+        "a blank line apart; a record cut more than 10 times or left with nothing is dropped; a conversation or "
+        "preference pair is dropped whole; counted and listed)")
     shuffle: bool = _s("processing", "bool", False, "globally shuffle the output sequences")
     shuffle_seed: int = _s("processing", "int", 0, "seed of the global shuffle")
     shuffle_strategy: Optional[str] = _s("processing", "str", "auto",

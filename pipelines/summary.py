@@ -48,7 +48,10 @@ def summary_line(params: dict, output_dir: str, seconds: float) -> str:
                  + (f"; see {fs.join(output_dir, QUALITY_DIR)}" if top or cut else "") + ".")
     if "decontamination" in params:
         d = params["decontamination"]
-        tail += (f" Decontamination: {d['documents_removed']} records removed ({d['characters_removed']} characters), "
+        cut = (f", {d['documents_cut']} cut ({d['characters_cut']} characters cut out)"
+               if d.get("documents_cut") else "")
+        tail += (f" Decontamination: {d['documents_removed']} records removed ({d['characters_removed']} characters)"
+                 f"{cut}, "
                  f"{d['ngrams_matched']} evaluation n-grams found, {d['ngrams_boilerplate']} left out as "
                  f"boilerplate; see {fs.join(output_dir, LISTING_DIR)}.")
     if "outputs" in params:  # a split job: one dataset per output

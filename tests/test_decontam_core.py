@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from tests.helpers import SHARED
-from transforms.core.decontam import (CUT, DecontamConfig, EvalIndex, ItemCatalog, build_index, capped, catalog_of,
-                                      check_decontam, cut, decontam_section, find_matches, item_ngrams,
-                                      listing_record, merge_indexes, ngram_hashes, record_evidence, record_texts,
+from transforms.core.decontam import (CUT, PIECES_JOINED_BY, DecontamConfig, EvalIndex, ItemCatalog, build_index,
+                                      capped, catalog_of, check_decontam, cut, cut_record, decontam_section,
+                                      find_matches, item_ngrams, listing_record, merge_indexes, ngram_hashes, record_evidence, record_texts,
                                       unit_spans, units, verdict)
 from transforms.core.dedup import node_of
 from transforms.core.records import GroupId
@@ -350,15 +350,15 @@ def test_a_records_evidence_is_each_ngram_once_at_its_first_place():
                ["b c d b c d"]]
     evidence = record_evidence(records, index)
     assert evidence == [
-        [(xyz, 1, 0), (abc, 0, 4), (bcd, 0, 1 << 32)],  # in order of place, not of owner
+        [(xyz, 1, 0, 3), (abc, 0, 4, 3), (bcd, 0, 1 << 32, 3)],  # in order of place, not of owner
         [], [],
-        [(abc, 0, (1 << 32) | 1), (bcd, 0, (1 << 32) | 2)],  # the record's own text index, not the batch's
+        [(abc, 0, (1 << 32) | 1, 3), (bcd, 0, (1 << 32) | 2, 3)],  # the record's own text index, not the batch's
         [], [],
-        [(bcd, 0, 0)]]
-    assert all(type(h) is int for e in evidence for h, _, _ in e)
+        [(bcd, 0, 0, 3)]]
+    assert all(type(h) is int for e in evidence for h, _, _, _ in e)
     assert record_evidence([], index) == [] and record_evidence([["a b c"]], EvalIndex({})) == [[]]
     # The first place of an n-gram found again in an earlier text of the record: the earlier one.
-    assert record_evidence([["q q", "q b c d", "b c d"]], index) == [[(bcd, 0, (1 << 32) | 1)]]
+    assert record_evidence([["q q", "q b c d", "b c d"]], index) == [[(bcd, 0, (1 << 32) | 1, 3)]]
 
 
 def test_evidence_hashes_become_signed_at_exactly_2_to_the_63(monkeypatch):
@@ -368,7 +368,7 @@ def test_evidence_hashes_become_signed_at_exactly_2_to_the_63(monkeypatch):
     matches = [(0, 3, 2**63 - 1, 0), (1, 3, 2**63, 1), (2, 3, 2**64 - 1, 2), (3, 3, 0, 3)]
     monkeypatch.setattr(decontam, "find_matches", lambda texts, index: [list(matches)])
     assert record_evidence([["any text"]], EvalIndex({})) == [
-        [(2**63 - 1, 0, 0), (-2**63, 1, 1), (-1, 2, 2), (0, 3, 3)]]
+        [(2**63 - 1, 0, 0, 3), (-2**63, 1, 1, 3), (-1, 2, 2, 3), (0, 3, 3, 3)]]
 
 
 def test_an_ngrams_records_are_listed_up_to_the_cap():
@@ -379,16 +379,32 @@ def test_an_ngrams_records_are_listed_up_to_the_cap():
     assert capped(0, [], 3) == (0, []) and capped(1, ["r1"], 1) == (1, ["r1"]) and capped(2, ["r1"], 1) == (2, [])
 
 
-def test_a_verdict_names_the_first_matchs_item_and_counts_ngrams_and_items():
-    evidence = [(-5, 2, 10), (7, 1, 3), (9, 1, 1 << 32), (11, 2, 4)]
-    assert verdict(evidence) == (1, 4, 2)
-    assert verdict([(-5, 3, 8)]) == (3, 1, 1)
-    assert verdict([(1, 0, 6), (2, 0, 5), (1, 4, 7)]) == (0, 2, 2)  # (a hash twice: counted once)
-    assert verdict(list(reversed(evidence))) == (1, 4, 2)
+def test_a_verdict_names_the_first_matchs_item_counts_ngrams_and_items_and_places_the_matches():
+    evidence = [(-5, 2, 10, 13), (7, 1, 3, 13), (9, 1, 1 << 32, 8), (11, 2, 4, 13)]
+    spans = ((0, 3, 13), (0, 4, 13), (0, 10, 13), (1, 0, 8))  # (text, first unit, length), in order
+    assert verdict(evidence) == (1, 4, 2, spans)
+    assert verdict([(-5, 3, 8, 13)]) == (3, 1, 1, ((0, 8, 13),))
+    assert verdict([(1, 0, 6, 3), (2, 0, 5, 3), (1, 4, 7, 3)]) == (0, 2, 2, ((0, 5, 3), (0, 6, 3), (0, 7, 3)))
+    assert verdict(list(reversed(evidence))) == (1, 4, 2, spans)
     # Two items' n-grams at the same first place (a 13-unit n-gram and a shorter item's whole one): the smaller
     # item, in any order the grouping gives them.
-    tied = [(21, 4, 0), (22, 2, 0), (23, 3, 0), (24, 1, 5)]
-    assert {verdict(order) for order in (tied, tied[::-1], tied[1:] + tied[:1])} == {(2, 4, 4)}
+    tied = [(21, 4, 0, 13), (22, 2, 0, 9), (23, 3, 0, 13), (24, 1, 5, 13)]
+    assert {verdict(order) for order in (tied, tied[::-1], tied[1:] + tied[:1])} == {
+        (2, 4, 4, ((0, 0, 9), (0, 0, 13), (0, 5, 13)))}
+
+
+def test_a_record_is_cut_value_by_value_and_removed_when_cut_too_often_or_to_nothing():
+    config = DecontamConfig(margin=10, min_piece=21, max_splits=2)
+    text = "a" * 21 + " " * 10 + "x y z" + " " * 10 + "b" * 21
+    first = len(units("a" * 21))  # (the unit "x")
+    assert cut_record((text, "other"), [(0, first, 3)], config) == ("a" * 21 + PIECES_JOINED_BY + "b" * 21, "other")
+    assert cut_record((text,), [], config) == (text,)
+    # Two values cut once each: two cuts in all, the most max_splits allows; a third anywhere is too many.
+    assert cut_record((text, text), [(1, first, 3), (0, first, 1)], config) == (  # (10 characters past the "x")
+        "a" * 21 + PIECES_JOINED_BY + " " * 4 + "b" * 21, "a" * 21 + PIECES_JOINED_BY + "b" * 21)
+    three = text + " q " + "c" * 21
+    assert cut_record((text, three), [(0, first, 1), (1, first, 1), (1, first + 4, 1)], config) is None
+    assert cut_record(("x y z", text), [(0, 0, 3)], config) is None  # a value cut to nothing
 
 
 def test_a_listing_line_names_the_record_the_reason_and_the_first_matchs_item():
@@ -444,9 +460,31 @@ def test_the_decontamination_section_refuses_a_listing_that_disagrees():
     stats.add("decontam.documents.contaminated", 2, "/in/a.jsonl")
     with pytest.raises(RuntimeError) as e:
         decontam_section(_SUMMARY, stats)
-    assert str(e.value) == "decontamination: 2 records removed, 3 listed"
-    with pytest.raises(RuntimeError, match="decontamination: 0 records removed, 3 listed"):
+    assert str(e.value) == "decontamination: 2 records removed and 0 cut, 3 listed"
+    with pytest.raises(RuntimeError, match="decontamination: 0 records removed and 0 cut, 3 listed"):
         decontam_section(_SUMMARY, Stats())
+
+
+def test_with_the_cut_action_the_section_counts_the_records_cut_and_verify_recounts_them():
+    stats = Stats()
+    stats.add("decontam.documents.contaminated", 1, "/in/a.jsonl")
+    stats.add("decontam.documents.cut", 2, "/in/b.jsonl")
+    stats.add("decontam.characters.cut", 900, "/in/b.jsonl")
+    summary = {**_SUMMARY, "settings": {**_SUMMARY["settings"], "action": CUT}}  # (3 listed)
+    section = decontam_section(summary, stats)
+    assert (section["documents_removed"], section["documents_cut"], section["characters_cut"]) == (1, 2, 900)
+    assert section["per_source"]["/in/b.jsonl"] == {"documents_removed": 0, "characters_removed": 0,
+                                                    "documents_cut": 2, "characters_cut": 900}
+    inp = {"dropped_by_reason": {"contaminated": 1}}
+    assert check_decontam(section, inp, {"contaminated": 1, "cut": 2}) == []
+    assert check_decontam(section, inp, {"contaminated": 1, "cut": 1}) == [
+        "filtered/decontaminate/ lists 1 records cut, decontamination.documents_cut is 2"]
+    bad = {**section, "per_source": {"/in/a.jsonl": {"documents_removed": 1}}}
+    assert check_decontam(bad, inp, {"contaminated": 1, "cut": 2}) == [
+        "decontamination.per_source cuts 0 records, the total is 2"]
+    dropping = Stats()
+    dropping.add("decontam.documents.contaminated", 3, "/in/a.jsonl")
+    assert "documents_cut" not in decontam_section(_SUMMARY, dropping)  # (drop's section as it was)
 
 
 def test_verify_checks_each_count_of_the_decontamination_section():

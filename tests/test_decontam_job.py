@@ -188,6 +188,59 @@ def test_check_decontam_names_each_disagreement():
     assert check_decontam(none, {"dropped_by_reason": {}}, None) == []
 
 
+def test_the_cut_action_keeps_what_is_around_each_match(planted, tmp_path, capsys):
+    """--decontaminate_action cut: each planted record loses its matches and 200 characters each side of them
+    (its pieces a blank line apart), or is removed when nothing of 200 characters is left; the rows are those of
+    the corpus so cut, without decontamination; each record listed, counted, and verify agrees."""
+    from tests.helpers import verify_problems
+    from transforms.core.decontam import (DecontamConfig, build_index, cut_record, merge_indexes,
+                                          record_evidence, verdict)
+    from transforms.io.eval_sets import read_eval_items
+
+    out = tmp_path / "out"
+    params = run_job(_args(planted["root"] / "in", out, "--decontaminate", planted["eval"],
+                           "--decontaminate_action", "cut"))
+    config = DecontamConfig(action="cut")
+    index = merge_indexes([build_index((i.text for i in read_eval_items(str(p))), config)
+                           for p in sorted(Path(planted["eval"]).iterdir())])
+    left = {}
+    for (name, line) in planted["removed"]:
+        text = planted["files"][name][line - 1]
+        left[(name, line)] = cut_record((text,), verdict(record_evidence([[text]], index)[0])[3], config)
+    cut = {k for k, v in left.items() if v is not None}
+    assert 0 < len(cut) < len(left)
+    assert left[("a.jsonl", 3)] is None  # the re-wrapped item alone: nothing left
+    listing = {(r["file"], r["line"]): r for r in _listing(out)}
+    assert {k: r["reason"] for k, r in listing.items()} == {
+        k: "cut" if k in cut else "contaminated" for k in planted["removed"]}
+    for k in cut:
+        assert listing[k]["characters_removed"] == len(planted["files"][k[0]][k[1] - 1]) - len(left[k][0])
+    section = params["decontamination"]
+    assert (section["action"], section["documents_cut"], section["documents_removed"]) == (
+        "cut", len(cut), len(left) - len(cut))
+    assert section["characters_cut"] == sum(r["characters_removed"] for r in listing.values() if r["reason"] == "cut")
+    assert params["input"]["dropped_by_reason"] == {"contaminated": len(left) - len(cut)}
+    assert verify_problems(out) == []
+    (tmp_path / "in").mkdir()
+    for name, records in planted["files"].items():
+        kept = [left[(name, i)][0] if (name, i) in left else x for i, x in enumerate(records, 1)
+                if (name, i) not in left or left[(name, i)] is not None]
+        (tmp_path / "in" / name).write_text("".join(json.dumps({"text": x}) + "\n" for x in kept))
+    run_job(_args(tmp_path / "in", tmp_path / "plain"))
+    h5 = {k: v for k, v in _digests(out).items() if k.endswith(".h5")}
+    assert h5 and h5 == {k: v for k, v in _digests(tmp_path / "plain").items() if k.endswith(".h5")}
+    # The estimate cuts each sampled record as the job does (the boilerplate item's 11 records too: it cannot
+    # count them); its documents are the job's, within 5%.
+    from pipelines.create_hdf5_dataset import main
+
+    argv = [a for a in _args(planted["root"] / "in", "unused", "--decontaminate", planted["eval"],
+                             "--decontaminate_action", "cut") if a not in ("--output_dir", "unused")]
+    capsys.readouterr()
+    assert main(["estimate", *argv, "--sample", "100%", *RUNNER]) == 0
+    documents = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("documents"))
+    assert abs(float(documents.split()[1]) - params["input"]["used"]) <= 0.05 * params["input"]["used"]
+
+
 @pytest.mark.worker_processes
 def test_two_workers_write_the_same_bytes(planted, job, tmp_path):
     out, params = job
@@ -266,8 +319,8 @@ def test_chat_turns_and_dpo_responses_are_checked(tmp_path):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--decontaminate", "x.jsonl", "--decontaminate_action", "cut"],
-     "decontaminate_action: 'cut' is not one of drop"),
+    (["--decontaminate", "x.jsonl", "--decontaminate_action", "trim"],
+     "decontaminate_action: 'trim' is not one of drop, cut"),
     (["--decontaminate", "x.jsonl", "--decontaminate_max_docs", "0"], "decontaminate_max_docs: must be >= 1"),
     (["--decontaminate", "x.jsonl", "--decontaminate_min_ngram", "14"],
      "decontaminate_min_ngram: 14 is not between 1 and decontaminate_ngram"),

@@ -311,7 +311,8 @@ MATRIX = {
     "dedup_split": lambda inp: ["LMData", "--input_dir", str(inp["dups"]), *GPT2, "--max_seq_length", "256",
                                 "--dedup", "near", "--data_splits", "train=0.7,test=0.3", "--shuffle", "True"],
     # Language identification and the quality filters (their listings, C4's cuts), evaluation text found across files and
-    # outputs, one n-gram boilerplate (the decontamination's index, its groupings and its join), before near dedup.
+    # outputs, one n-gram boilerplate (the decontamination's index, its groupings and its join, the records cut),
+    # before near dedup.
     "decontam_split": lambda inp: ["LMData", "--input_dir", str(inp["dups"]), *GPT2, "--max_seq_length", "256",
                                    "--language_id", "True", "--quality_filters",
                                    "gopher_quality,gopher_repetition,c4_quality,fineweb_quality",
@@ -322,6 +323,7 @@ MATRIX = {
                                    '{"filter_no_terminal_punct": false, "filter_curly_bracket": false, '
                                    '"min_num_sentences": 2}, "fineweb_quality": {"line_punct_thr": 0.05}}',
                                    "--decontaminate", str(inp["eval"]), "--decontaminate_max_docs", "1",
+                                   "--decontaminate_action", "cut",
                                    "--dedup", "near", "--data_splits", "train=0.7,test=0.3", "--shuffle", "True"],
     # A file read in order, cut into groups of ~40 KB that are all handed to other workers (a file past
     # FAN_OUT_BYTES on a distributed runner; the sizes are made small here through the plan).

@@ -36,7 +36,7 @@ from transforms.core.removed import agreement_problems
 __all__ = ["DecontamConfig", "units", "unit_spans", "unit_hashes", "ngram_hashes", "item_ngrams", "EvalIndex",
            "ItemCatalog", "catalog_of", "build_index", "merge_indexes", "find_matches", "cut", "record_texts",
            "slices", "record_evidence", "capped", "verdict", "listing_record", "decontam_section", "check_decontam",
-           "DROP", "CUT", "ACTIONS", "COUNTER_PREFIX", "LISTING_DIR", "STEP", "SLICE_CHARS"]
+           "DROP", "CUT", "ACTIONS", "cut_record", "PIECES_JOINED_BY", "COUNTER_PREFIX", "LISTING_DIR", "STEP", "SLICE_CHARS"]
 
 DROP, CUT = "drop", "cut"
 ACTIONS = (DROP, CUT)
@@ -499,12 +499,9 @@ def find_matches(texts: Sequence[str], index: EvalIndex) -> list[list[tuple[int,
     return out
 
 
-def cut(text: str, matches: Sequence[tuple[int, int]], config: DecontamConfig) -> Optional[list[str]]:
-    """NeMo Curator's cut: the text without each match (first unit, length) and `margin` characters each side of
-    it; the pieces left, in order, without those under `min_piece` characters. None when the record is cut more
-    than `max_splits` times (overlapping cuts are one) or no piece is left."""
-    if not matches:
-        return [text]
+def _regions(text: str, matches: Sequence[tuple[int, int]], config: DecontamConfig) -> list[list[int]]:
+    """The [lo, hi) character ranges cut out of `text` for its matches (first unit, length): each match with
+    `margin` characters each side of it, overlapping ones merged, in order."""
     spans = unit_spans(text)
     regions: list[list[int]] = []
     for first, length in sorted(matches):
@@ -514,15 +511,51 @@ def cut(text: str, matches: Sequence[tuple[int, int]], config: DecontamConfig) -
             regions[-1][1] = max(regions[-1][1], hi)
         else:
             regions.append([lo, hi])
-    if len(regions) > config.max_splits:
-        return None
+    return regions
+
+
+def _pieces(text: str, regions: Sequence[Sequence[int]], config: DecontamConfig) -> list[str]:
     pieces, at = [], 0
     for lo, hi in regions:
         pieces.append(text[at:lo])
         at = hi
     pieces.append(text[at:])
-    kept = [p for p in pieces if len(p) >= config.min_piece]
-    return kept or None
+    return [p for p in pieces if len(p) >= config.min_piece]
+
+
+def cut(text: str, matches: Sequence[tuple[int, int]], config: DecontamConfig) -> Optional[list[str]]:
+    """NeMo Curator's cut: the text without each match (first unit, length) and `margin` characters each side of
+    it; the pieces left, in order, without those under `min_piece` characters. None when the record is cut more
+    than `max_splits` times (overlapping cuts are one) or no piece is left."""
+    if not matches:
+        return [text]
+    regions = _regions(text, matches, config)
+    if len(regions) > config.max_splits:
+        return None
+    return _pieces(text, regions, config) or None
+
+
+PIECES_JOINED_BY = "\n\n"  # a cut record's pieces, one text again (it keeps its identity: its file and line)
+
+
+def cut_record(values: Sequence[str], matches: Sequence[tuple[int, int, int]],
+               config: DecontamConfig) -> Optional[tuple[str, ...]]:
+    """A record's values, each cut as `cut` cuts a text at its matches (value, first unit, length), its pieces
+    joined by a blank line; None when the record is to be removed: cut more than `max_splits` times in all, or a
+    value cut to nothing."""
+    by_value: dict = {}
+    for value, first, length in matches:
+        by_value.setdefault(value, []).append((first, length))
+    out = list(values)
+    cuts = 0
+    for value, found in sorted(by_value.items()):
+        regions = _regions(values[value], found, config)
+        cuts += len(regions)
+        pieces = _pieces(values[value], regions, config)
+        if cuts > config.max_splits or not pieces:
+            return None
+        out[value] = PIECES_JOINED_BY.join(pieces)
+    return tuple(out)
 
 
 # --- The job's side: a record's texts, its evidence, the verdict, what data_params.json and verify say. ---
@@ -581,7 +614,8 @@ def slices(sizes: Sequence[int], limit: int) -> Iterable[tuple[int, int]]:
 def record_evidence(texts_per_record: Sequence[Sequence[str]], index: EvalIndex,
                     slice_chars: int = SLICE_CHARS) -> list[list[tuple[int, int, int]]]:
     """Per record (its texts), each evaluation n-gram it holds once: (hash as a signed 64-bit int: every coder
-    keys it exactly, owner, where it is first found: (text << 32) | first unit), in order of where. Records are
+    keys it exactly, owner, where it is first found: (text << 32) | first unit, its length in units), in order
+    of where. Records are
     hashed together, about `slice_chars` characters at a time (a packing group holds 64 MiB of text: its arrays
     would be gigabytes)."""
     out: list[list[tuple[int, int, int]]] = [[] for _ in texts_per_record]
@@ -600,11 +634,11 @@ def _evidence_of(texts_per_record: Sequence[Sequence[str]], lo: int, hi: int, in
             continue
         r = int(record_of[t])
         seen = {e[0] for e in out[r]}
-        for first, _length, h, owner in matches:
+        for first, length, h, owner in matches:
             signed = h - (1 << 64) if h >= 1 << 63 else h
             if signed not in seen:
                 seen.add(signed)
-                out[r].append((signed, owner, (t - int(starts[r - lo])) << 32 | first))
+                out[r].append((signed, owner, (t - int(starts[r - lo])) << 32 | first, length))
     for r in range(lo, hi):
         out[r].sort(key=lambda e: e[2])
 
@@ -615,20 +649,26 @@ def capped(count: int, members: list, cap: int) -> tuple[int, list]:
     return (count, members) if count <= cap else (count, [])
 
 
-def verdict(evidence: Sequence[tuple[int, int, int]]) -> tuple[int, int, int]:
-    """A contaminated record's (the item of its first match, the distinct n-grams matched, the distinct items)
-    from its evidence (hash, owner, where), boilerplate left out."""
+def verdict(evidence: Sequence[tuple]) -> tuple[int, int, int, tuple]:
+    """A contaminated record's (the item of its first match, the distinct n-grams matched, the distinct items,
+    where its matches are: (text, first unit, length), in order) from its evidence (hash, owner, where, length),
+    boilerplate left out."""
     # (Earliest place, then smallest item: two items' n-grams can start at the same unit, and the evidence comes
     # from a grouping, in no fixed order.)
     first = min(evidence, key=lambda e: (e[2], e[1]))
-    return first[1], len({h for h, _, _ in evidence}), len({o for _, o, _ in evidence})
+    spans = tuple(sorted({(e[2] >> 32, e[2] & 0xFFFFFFFF, e[3]) for e in evidence}))
+    return first[1], len({e[0] for e in evidence}), len({e[1] for e in evidence}), spans
 
 
-def listing_record(node: tuple, line: int, item: dict, ngrams: int, items: int) -> dict:
-    """One line of OUT/filtered/decontaminate/: the record removed, why, and the evaluation item of its first
-    match (file, line, field), with how many distinct evaluation n-grams and items it holds."""
-    out = {"file": node[1], "line": line, "step": STEP, "reason": CONTAMINATED, "item": item, "ngrams": ngrams,
-           "items": items}
+def listing_record(node: tuple, line: int, item: dict, ngrams: int, items: int,
+                   cut_characters: Optional[int] = None) -> dict:
+    """One line of OUT/filtered/decontaminate/: the record removed (or cut: `cut_characters` removed from it),
+    why, and the evaluation item of its first match (file, line, field), with how many distinct evaluation
+    n-grams and items it holds."""
+    out = {"file": node[1], "line": line, "step": STEP, "reason": CONTAMINATED if cut_characters is None else CUT,
+           "item": item, "ngrams": ngrams, "items": items}
+    if cut_characters is not None:
+        out["characters_removed"] = cut_characters
     if node[3]:
         out["member"] = node[3]
     return out
@@ -637,18 +677,23 @@ def listing_record(node: tuple, line: int, item: dict, ngrams: int, items: int) 
 def decontam_section(summary: dict, stats) -> dict:
     """data_params.json's `decontamination`: the settings and the evaluation set (from the stage's `summary`),
     the records and characters removed (in total and per source, from the batches' counters; removed before
-    tokenizing, they have no tokens), the listing's count,
-    the n-grams found and those left out as boilerplate; raises when the listing and the removed records
-    disagree."""
+    tokenizing, they have no tokens), with the cut action the records cut and their characters cut out, the
+    listing's count, the n-grams found and those left out as boilerplate; raises when the listing and the
+    counts disagree."""
+    cutting = summary["settings"].get("action") == CUT
 
     def block(c) -> dict:
-        return {"documents_removed": int(c.get(f"{COUNTER_PREFIX}documents.{CONTAMINATED}", 0)),
-                "characters_removed": int(c.get(f"{COUNTER_PREFIX}characters.{CONTAMINATED}", 0))}
+        out = {"documents_removed": int(c.get(f"{COUNTER_PREFIX}documents.{CONTAMINATED}", 0)),
+               "characters_removed": int(c.get(f"{COUNTER_PREFIX}characters.{CONTAMINATED}", 0))}
+        if cutting:
+            out.update(documents_cut=int(c.get(f"{COUNTER_PREFIX}documents.{CUT}", 0)),
+                       characters_cut=int(c.get(f"{COUNTER_PREFIX}characters.{CUT}", 0)))
+        return out
 
     out = {**summary["settings"], "evaluation": summary["evaluation"], **block(stats.totals)}
-    if out["documents_removed"] != summary["listed"]:
-        raise RuntimeError(f"decontamination: {out['documents_removed']} records removed, {summary['listed']} "
-                           "listed")
+    if out["documents_removed"] + out.get("documents_cut", 0) != summary["listed"]:
+        raise RuntimeError(f"decontamination: {out['documents_removed']} records removed and "
+                           f"{out.get('documents_cut', 0)} cut, {summary['listed']} listed")
     out["listed"] = summary["listed"]
     out["ngrams_matched"] = summary["matched"]
     out["ngrams_boilerplate"] = summary["boilerplate"]
@@ -660,11 +705,22 @@ def decontam_section(summary: dict, stats) -> dict:
 def check_decontam(section, inp, listing) -> list[str]:
     """`verify`'s problems with a `decontamination` section: its removed records against the input's dropped
     ones (in total and per source), its `listed` count, and the records OUT/filtered/decontaminate/ lists per
-    reason (`listing`, None when the directory is absent)."""
+    reason (`listing`, None when the directory is absent); the records cut, in total, per source and listed."""
     problems = []
     removed = section.get("documents_removed", 0)
     dropped = inp.get("dropped_by_reason", {}).get(CONTAMINATED, 0)
     if removed != dropped:
         problems.append(f"decontamination.documents_removed is {removed}, input.dropped_by_reason.{CONTAMINATED} "
                         f"is {dropped}")
-    return problems + agreement_problems("decontamination", removed, section, listing, LISTING_DIR, CONTAMINATED)
+    cut = section.get("documents_cut", 0)
+    by_source = sum(s.get("documents_cut", 0) for s in section.get("per_source", {}).values())
+    if by_source != cut:
+        problems.append(f"decontamination.per_source cuts {by_source} records, the total is {cut}")
+    if (listing or {}).get(CUT, 0) != cut:
+        problems.append(f"{LISTING_DIR}/ lists {(listing or {}).get(CUT, 0)} records cut, "
+                        f"decontamination.documents_cut is {cut}")
+    removals = None if listing is None else {k: v for k, v in listing.items() if k != CUT}
+    listed = section.get("listed")
+    return problems + agreement_problems(
+        "decontamination", removed, {**section, "listed": listed - cut if isinstance(listed, int) else listed},
+        removals, LISTING_DIR, CONTAMINATED)

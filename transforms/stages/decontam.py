@@ -5,8 +5,9 @@
     DocBatch ─FindEvidence (the index)─► the batch as it was ───────────────────────────────────────────┐
                                     └─► (n-gram hash, (node, item, where)) once per record and n-gram   │
         ─CombinePerKey hash, capped at max_docs + 1 records─► evidence (node, ...) | boilerplate (counted)│
-        ─GroupByKey node─► (node, contaminated, the first match's item, n-grams, items) ─RemoveRecords───┴─►
-            the batches without them, each counted dropped.contaminated
+        ─GroupByKey node─► (node, contaminated, the first match's item, n-grams, items, where) ─RemoveRecords┴─►
+            the batches without them, each counted dropped.contaminated (with the cut action: with what is left
+            of each, its pieces around the matches, unless that is nothing or it is cut too often)
     removed records ─CoGroupByKey file (its units' line counts)─► OUT/filtered/decontaminate/<file>.jsonl
 
 A record is checked in the text the job tokenizes (normalized; a conversation's, or a preference pair's,
@@ -24,6 +25,7 @@ engine and worker count. The pure logic is transforms/core/decontam.py's.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,9 +34,9 @@ from typing import Any, Optional, Sequence, Tuple
 import apache_beam as beam
 from apache_beam import pvalue
 
-from transforms.core.decontam import (COUNTER_PREFIX, LISTING_DIR, SLICE_CHARS, DecontamConfig, build_index,
-                                      capped, catalog_of, listing_record, merge_indexes, record_evidence,
-                                      record_texts, slices, verdict)
+from transforms.core.decontam import (COUNTER_PREFIX, CUT, LISTING_DIR, SLICE_CHARS, DecontamConfig, build_index,
+                                      capped, catalog_of, cut_record, listing_record, merge_indexes,
+                                      record_evidence, record_texts, slices, verdict)
 from transforms.core.dedup import line_numbering, node_of
 from transforms.core.memory import release_free_memory
 from transforms.core.reasons import CONTAMINATED
@@ -89,8 +91,8 @@ class ReadEvalIndex(beam.PTransform):
 
 
 class _FindEvidence(beam.DoFn):
-    """A DocBatch -> itself, and EVIDENCE (hash, (node, item, where)): each evaluation n-gram a record holds,
-    once per record. `json_values`: per value, whether the job reads it as JSON (its strings are checked).
+    """A DocBatch -> itself, and EVIDENCE (hash, (node, item, where, length)): each evaluation n-gram a record
+    holds, once per record. `json_values`: per value, whether the job reads it as JSON (its strings are checked).
 
     A batch's records are checked a slice at a time on a thread per core (numpy lets go of the GIL for its
     array work): the tokenizer's threads use every core, and this step would otherwise hold the job to one."""
@@ -118,7 +120,7 @@ class _FindEvidence(beam.DoFn):
         for doc, matches in zip(docs, evidence):
             if matches:
                 node = node_of(batch.group, doc.member or "", doc.index)
-                found.extend((h, (node, owner, where)) for h, owner, where in matches)
+                found.extend((h, (node, owner, where, length)) for h, owner, where, length in matches)
         batch.stats.totals[TIME_PREFIX + "decontaminate"] += int((time.perf_counter() - start) * 1000)
         release_free_memory()  # the slices' arrays, freed by the threads in their own arenas
         yield batch
@@ -154,30 +156,42 @@ class _Records(beam.CombineFn):
 
 
 def _evidence(item):
-    """An n-gram's records: each its evidence (node, (hash, item, where)), and the n-gram once MATCHED; or, in
-    too many, the n-gram once BOILERPLATE."""
+    """An n-gram's records: each its evidence (node, (hash, item, where, length)), and the n-gram once MATCHED;
+    or, in too many, the n-gram once BOILERPLATE."""
     h, (count, members) = item
     if not members:  # (capped: more than max_docs records)
         yield pvalue.TaggedOutput(BOILERPLATE, count)
         return
     yield pvalue.TaggedOutput(MATCHED, len(members))
-    for node, owner, where in members:
-        yield node, (h, owner, where)
+    for node, owner, where, length in members:
+        yield node, (h, owner, where, length)
 
 
 def _verdict(item):
-    """A record's evidence -> its removal: (node, CONTAMINATED, the first match's item, n-grams, items)."""
+    """A record's evidence -> its removal: (node, CONTAMINATED, the first match's item, n-grams, items, where its
+    matches are)."""
     node, evidence = item
     return (node, CONTAMINATED, *verdict(list(evidence)))
 
 
-def _listed(item, index):
-    """The removed records of one file, each as its listing line, keyed by the file."""
+def _cut_document(doc, removal, config: DecontamConfig, json_values: tuple):
+    """What the cut action keeps of a contaminated record (transforms.core.decontam.cut_record), None to remove
+    it: a conversation or a preference pair (a value read as JSON) is removed whole."""
+    if any(json_values):
+        return None
+    values = cut_record(doc.values, removal[5], config)
+    return None if values is None else dataclasses.replace(doc, values=values)
+
+
+def _listed(item, index, cutting: bool):
+    """The removed (and cut) records of one file, each as its listing line, keyed by the file."""
     relpath, joined = item
     line = line_numbering(relpath, list(joined["units"]))
-    for node, _, owner, ngrams, items in joined["removed"]:
+    for applied in joined["removed"]:
+        removal, lost = applied if cutting else (applied, None)
+        node, _, owner, ngrams, items, _ = removal
         yield relpath, (node, listing_record(node, line(node[2], node[4]), index.catalog.describe(owner), ngrams,
-                                             items))
+                                             items, lost))
 
 
 def _summary(listed: int, matched: int, boilerplate: int, index, settings: dict, sets: tuple) -> dict:
@@ -225,12 +239,15 @@ class DecontaminateDocuments(beam.PTransform):
         removals = (per_ngram.evidence
                     | "GroupByRecord" >> beam.GroupByKey()
                     | "Verdicts" >> beam.Map(_verdict))
+        cutting = cfg.action == CUT
+        rewrite = functools.partial(_cut_document, config=cfg, json_values=self._json_values) if cutting else None
         removed = found.docs | "RemoveContaminated" >> RemoveRecords(
-            removals, {CONTAMINATED: CONTAMINATED}, COUNTER_PREFIX, "decontamination", storage_dir=self._storage_dir)
+            removals, {CONTAMINATED: CONTAMINATED}, COUNTER_PREFIX, "decontamination", storage_dir=self._storage_dir,
+            rewrite=rewrite)
         listed = ({"units": unit_lines(self._dead_letters), "removed": removed[APPLIED]
-                   | "ByFile" >> beam.Map(lambda r: (r[0][1], r))}
+                   | "ByFile" >> beam.Map(lambda r: ((r[0] if cutting else r)[0][1], r))}
                   | "JoinLines" >> beam.CoGroupByKey()
-                  | "ListingLines" >> beam.FlatMap(_listed, index)
+                  | "ListingLines" >> beam.FlatMap(_listed, index, cutting)
                   | "Listing" >> WriteListing(self._output_dir, LISTING_DIR))
         matched = per_ngram[MATCHED] | "CountMatched" >> beam.combiners.Count.Globally()
         boilerplate = per_ngram[BOILERPLATE] | "CountBoilerplate" >> beam.combiners.Count.Globally()

@@ -90,13 +90,17 @@ def _parts(batch) -> tuple:
     return batch.origins, ("tokens", batch.token_counts()), lambda keep: batch.take(keep, batch.group, batch.stats)
 
 
-def _apply(item, reasons: Mapping[str, str], prefix: str, step: str, strict: bool):
+def _apply(item, reasons: Mapping[str, str], prefix: str, step: str, strict: bool, rewrite=None):
     """A batch without its removed records; each counted dropped for its kind's reason, with its tokens (a
     DocBatch's: its characters).
 
     `strict`: every record to remove is in the batch (deduplication, which runs on the batches themselves); else
     one that is not was dropped before for another reason (a conversation its template refused) and stays counted
-    there. The records removed here are also APPLIED (their removals, as given): what the listing lists."""
+    there. The records removed here are also APPLIED (their removals, as given): what the listing lists.
+
+    `rewrite` (a DocBatch's only): (document, its removal) -> what is kept of the document, None to remove it. A
+    record kept is counted <prefix>documents.cut and <prefix>characters.cut (the characters it lost), and APPLIED
+    as (its removal, those characters); a record removed, as (its removal, None)."""
     key, joined = item
     batches = list(joined["batch"])
     removed = {(member, index): removal for member, index, removal in joined["removed"]}
@@ -114,6 +118,20 @@ def _apply(item, reasons: Mapping[str, str], prefix: str, step: str, strict: boo
     if strict and len(removed) != sum(k is not None for k in kinds):
         raise RuntimeError(f"{step}: records of group {key} to remove were not found in it")
     stats, source = batch.stats, batch.group.source
+    applied = [r for r in found if r is not None]
+    if rewrite is not None:
+        docs, applied = list(batch.docs), []
+        for i, removal in enumerate(found):
+            if removal is None:
+                continue
+            kept = rewrite(docs[i], removal)
+            lost = None if kept is None else int(sizes[i]) - sum(map(len, kept.values))
+            if kept is not None:
+                docs[i], kinds[i] = kept, None
+                stats.add(f"{prefix}documents.cut", 1, source)
+                stats.add(f"{prefix}characters.cut", lost, source)
+            applied.append((removal, lost))
+        take = (lambda keep: dataclasses.replace(batch, docs=[docs[i] for i in keep.tolist()]))
     for kind, reason in reasons.items():
         mask = np.array([k == kind for k in kinds], dtype=bool)
         if mask.any():
@@ -121,9 +139,8 @@ def _apply(item, reasons: Mapping[str, str], prefix: str, step: str, strict: boo
             stats.add(f"{prefix}documents.{kind}", int(mask.sum()), source)
             stats.add(f"{prefix}{measure}.{kind}", int(sizes[mask].sum()), source)
     keep = np.array([i for i, k in enumerate(kinds) if k is None], dtype=np.int64)
-    for removal in found:
-        if removal is not None:
-            yield pvalue.TaggedOutput(APPLIED, removal)
+    for removal in applied:
+        yield pvalue.TaggedOutput(APPLIED, removal)
     yield take(keep)
 
 
@@ -133,11 +150,13 @@ class RemoveRecords(beam.PTransform):
     APPLIED: the removal of each record removed}.
 
     `removals`: PCollection of tuples (node, kind, ...), kind a key of `reasons` (kind -> the drop reason counted);
-    `prefix`: of the stage's counters; `storage_dir`: where the batches wait (None: in the runner)."""
+    `prefix`: of the stage's counters; `storage_dir`: where the batches wait (None: in the runner); `rewrite`:
+    for DocBatches, what is kept of a record instead of removing it (_apply)."""
 
     def __init__(self, removals, reasons: Mapping[str, str], prefix: str, step: str, *, strict: bool = True,
-                 storage_dir: Optional[str] = None):
+                 storage_dir: Optional[str] = None, rewrite=None):
         super().__init__()
+        self._rewrite = rewrite
         self._removals = removals
         self._reasons = dict(reasons)
         self._prefix = prefix
@@ -150,7 +169,8 @@ class RemoveRecords(beam.PTransform):
                  "removed": self._removals | "ByBatch" >> beam.Map(
                      lambda r: (batch_key_of(r[0]), (r[0][3], r[0][4], r)))}
                 | "JoinBatches" >> beam.CoGroupByKey()
-                | "Remove" >> beam.FlatMap(_apply, self._reasons, self._prefix, self._step, self._strict)
+                | "Remove" >> beam.FlatMap(_apply, self._reasons, self._prefix, self._step, self._strict,
+                                           self._rewrite)
                 .with_outputs(APPLIED, main="batches"))
 
 
