@@ -250,6 +250,15 @@ def test_fineweb_rules_remove_for_their_reason_in_order():
     assert Q.FineWebQuality(stop_chars=["!"]).check(prose, Q.words_of(prose)) == "line_punct_ratio"
 
 
+@pytest.mark.parametrize("text", [
+    "One. Two! Three?", "", " ", "Hi!! ok", "e.g. this. That", "Wait... what? Yes", "Done. ]", ". . which gives",
+    "A.  B. c", " lead. x", "  lead. x", "x. \t y", "end.  ", "(He left.) She stayed.", "IS_ALPHA here. Then"])
+def test_sentences_are_counted_as_spacys_sentencizer_counts_them(text):
+    """Its rule over each run's tokens, a whitespace token where spaCy makes one (at the start; where the
+    whitespace is not one space): the count of spaCy's own sentencizer over the whole text."""
+    assert Q.sentence_count(text) == max(1, len(Q._sentence_ends(text)))
+
+
 def test_spacy_is_made_anew_once_it_has_met_many_words(monkeypatch):
     """spaCy keeps a little of every word it meets, even in a memory zone: past LEXEMES_KEPT its tokenizers are
     made anew (a worker's memory must not grow with the corpus' vocabulary), and nothing they say changes."""
@@ -262,8 +271,10 @@ def test_spacy_is_made_anew_once_it_has_met_many_words(monkeypatch):
     Q.words_of(" ".join(f"w{i}x" for i in range(20)))
     assert state.words()[0] is not first_words and Q.words_of(text) == words
     monkeypatch.setattr(state, "LEXEMES_KEPT", len(first_sentences.vocab) + 5)
-    Q.sentence_count(" ".join(f"u{i}v." for i in range(20)))
+    by_sentence = Q.C4Quality(split_paragraph=False, min_num_sentences=1)  # (spaCy's sentencizer itself)
+    by_sentence.cut(" ".join(f"u{i}v." for i in range(20)))
     assert state.sentences() is not first_sentences and Q.sentence_count(text) == sentences == 2
+    assert by_sentence.cut(text) == (None, "Its fifth cat sat. Then one more sat down, alone!", {})
 
 
 def test_threads_split_words_and_sentences_each_with_their_own_spacy():

@@ -174,10 +174,54 @@ def _sentence_ends(text: str) -> list[int]:
         return [sent.end_char for sent in nlp.get_pipe("sentencizer")(_tokens(nlp, text)).sents]
 
 
+@functools.lru_cache(maxsize=1)
+def _sentence_ends_chars() -> frozenset:
+    from spacy.pipeline.sentencizer import Sentencizer
+
+    return frozenset(Sentencizer.default_punct_chars)
+
+
+@functools.lru_cache(maxsize=1 << 18)
+def _sentence_role(token: str) -> int:
+    """What spaCy's sentencizer makes of a token: 1 ends a sentence (one of its characters that do), 2 is
+    punctuation (spaCy's is_punct: every character of Unicode category P), 0 is neither (it starts the next
+    sentence after an end)."""
+    if token in _sentence_ends_chars():
+        return 1
+    return 2 if all(unicodedata.category(c).startswith("P") for c in token) else 0
+
+
+_WHITESPACE = re.compile(r"(\s+)")
+
+
 def sentence_count(text: str) -> int:
     """How many sentences datatrove's split_into_sentences cuts `text` into for English: spaCy's sentencizer's
-    sentences, one for a text without any."""
-    return max(1, len(_sentence_ends(text)))
+    sentences, one for a text without any. Its rule over the text's tokens (each run's, as words_of finds them;
+    a whitespace token where spaCy makes one: at the start, or where the whitespace is not one space): a token
+    that is neither punctuation nor an end, after an end, starts a sentence."""
+    if "IS_ALPHA" in text:
+        return max(1, len(_sentence_ends(text)))
+    words_of(text)  # (every run's tokens in the cache)
+    cache = _STATE.runs
+    starts = 0
+    ended = False
+    pieces = _WHITESPACE.split(text)  # (runs and whitespace by turns, from a run: "" first when text starts blank)
+    for k, piece in enumerate(pieces):
+        if not piece:
+            continue
+        if k % 2:  # whitespace: a token unless it is one space after a run
+            if piece == " " and pieces[k - 1]:
+                continue
+            roles: Sequence[int] = (0,)
+        else:
+            roles = [_sentence_role(t) for t in cache[piece]]
+        for role in roles:
+            if ended and role == 0:
+                starts += 1
+                ended = False
+            elif role == 1:
+                ended = True
+    return 1 + starts
 
 
 @dataclasses.dataclass(frozen=True)
