@@ -111,15 +111,15 @@ class _Spacy(threading.local):
 _STATE = _Spacy()
 
 
+# "IS_ALPHA" is one of spaCy's own names: in a memory zone its tokenizer may refuse a text holding it, or keep a
+# word it has already let go of (and fail later, on another text). datatrove splits a text spaCy refuses without
+# it; here every text is split without it, so that its words never depend on what came before.
+_SPACY_NAME = "IS_ALPHA"
+
+
 def _tokens(nlp, text: str):
-    """spaCy's tokens of `text`. (A text spaCy's tokenizer refuses for holding "IS_ALPHA", a name of its own, is
-    split without it, as datatrove does.)"""
-    try:
-        return nlp.tokenizer(text)
-    except Exception:
-        if "IS_ALPHA" not in text:
-            raise
-        return nlp.tokenizer(text.replace("IS_ALPHA", ""))
+    """spaCy's tokens of `text` (without "IS_ALPHA")."""
+    return nlp.tokenizer(text.replace(_SPACY_NAME, ""))
 
 
 # A text's words are its whitespace-free runs' tokens, each run tokenized alone: spaCy splits a text at whitespace
@@ -135,11 +135,7 @@ def words_of(text: str) -> list[str]:
     """The words of `text` as datatrove's word_tokenize gives them for English: spaCy's tokens, stripped, the
     empty ones left out."""
     state = _STATE
-    if "IS_ALPHA" in text:  # (spaCy may refuse it: then datatrove splits the whole text without it)
-        nlp = state.sentences()
-        with nlp.memory_zone():
-            return [w for w in (t.text.strip() for t in _tokens(nlp, text)) if w]
-    runs = text.split()
+    runs = text.replace(_SPACY_NAME, "").split()
     cache = state.runs
     missing = [r for r in dict.fromkeys(runs) if r not in cache]
     if missing:
@@ -199,8 +195,7 @@ def sentence_count(text: str) -> int:
     sentences, one for a text without any. Its rule over the text's tokens (each run's, as words_of finds them;
     a whitespace token where spaCy makes one: at the start, or where the whitespace is not one space): a token
     that is neither punctuation nor an end, after an end, starts a sentence."""
-    if "IS_ALPHA" in text:
-        return max(1, len(_sentence_ends(text)))
+    text = text.replace(_SPACY_NAME, "")
     words_of(text)  # (every run's tokens in the cache)
     cache = _STATE.runs
     starts = 0
