@@ -61,6 +61,36 @@ def test_each_rule_removes_for_its_reason_in_order():
     assert g.check(text, _words(61, "house") + ["the"]) == "gopher_enough_stop_words"  # two needed
 
 
+def test_each_rule_lets_a_record_at_its_bound_through():
+    """datatrove's comparisons, strict: a record exactly at a bound is kept by every rule."""
+    g = Q.GopherQuality(min_stop_words=None, max_non_alpha_words_ratio=None)
+    at = _words(50, "abcd")
+    assert g.check(" ".join(at), at) is None and g.check("x", _words(49, "abcd")) == "gopher_short_doc"
+    assert Q.GopherQuality(max_doc_words=50, min_stop_words=None).check("x", at) is None
+    assert Q.GopherQuality(max_doc_words=49, min_stop_words=None).check("x", at) == "gopher_long_doc"
+    mean3, mean10 = _words(50, "abc"), _words(50, "abcdefghij")  # mean lengths 3 and 10: both kept
+    assert g.check("x", mean3) is None and g.check("x", mean10) is None
+    text = " ".join(at)
+    assert g.check("#" * 5 + text, at) is None and g.check("#" * 6 + text, at) == "gopher_too_many_hashes"
+    assert g.check("..." * 3 + "…" * 2 + text, at) is None  # 5 of 50: 0.1, not more
+    assert g.check("..." * 3 + "…" * 3 + text, at) == "gopher_too_many_ellipsis"
+    lines = ["  • a", "\t- b", " •c", "- d", "•e", "  -f", "• g", " - h", "•i", "  •j"]  # (indented bullets count)
+    assert g.check("\n".join(lines), at) == "gopher_too_many_bullets"
+    assert g.check("\n".join(["• a"] * 10), at) == "gopher_too_many_bullets"
+    ends = ["a… ", "b...  ", "c", "d", "e", "f", "g", "h", "i", "j"]  # (trailing spaces left out: 3 of 10 is 0.3)
+    assert g.check("\n".join(ends[:2] + ["k…"] + ends[3:]), at) is None
+    assert g.check("\n".join(ends[:2] + ["k…", "l…\t"] + ends[4:]), at) == "gopher_too_many_end_ellipsis"
+
+
+def test_without_spacy_the_filters_say_how_to_install_it(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "spacy", None)
+    with pytest.raises(RuntimeError, match=r"^the quality filters split words with spaCy: pip install "
+                                           r"'create_hdf5_dataset\[filters\]' \(or spacy>=3\.8\)$"):
+        Q._spacy()
+
+
 def test_a_rule_set_to_none_is_left_out():
     g = Q.GopherQuality(min_doc_words=None, min_stop_words=None)
     assert g.check("a b", ["house", "cat"]) is None
@@ -252,7 +282,8 @@ def test_fineweb_rules_remove_for_their_reason_in_order():
 
 @pytest.mark.parametrize("text", [
     "One. Two! Three?", "", " ", "Hi!! ok", "e.g. this. That", "Wait... what? Yes", "Done. ]", ". . which gives",
-    "A.  B. c", " lead. x", "  lead. x", "x. \t y", "end.  ", "(He left.) She stayed.", "IS_ALPHA here. Then"])
+    "A.  B. c", " lead. x", "  lead. x", "x. \t y", "end.  ", "Done. ", "(He left.) She stayed.",
+    "IS_ALPHA here. Then"])
 def test_sentences_are_counted_as_spacys_sentencizer_counts_them(text):
     """Its rule over each run's tokens, a whitespace token where spaCy makes one (at the start; where the
     whitespace is not one space): the count of spaCy's own sentencizer over the whole text."""
