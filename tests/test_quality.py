@@ -221,11 +221,11 @@ def test_repetition_rules_remove_for_their_reason_in_order():
 def test_repetition_counts_as_datatrove_counts():
     """The most frequent n-gram: its characters (words joined by a space) times its count, the first of equal
     counts; repeated n-grams: words joined without a space, counted left to right past each repeat."""
-    assert Q._top_ngram_chars(["a", "bb", "a", "bb", "c"], 2) == len("a bb") * 2
-    assert Q._top_ngram_chars(["xx", "y", "z"], 1) == 2  # all once: the first
-    assert Q._repeated_ngram_chars(["a", "b", "a", "b", "a", "b"], 2) == 4  # ab, ba, ab (+2, skip), ab (+2)
-    assert Q._repeated_ngram_chars(["ab", "c", "d", "e"], 2) == 0
-    assert Q._repeated_ngram_chars(["ab", "c", "a", "bc"], 2) == 3  # joined without a space: abc twice
+    assert Q._Grams(["a", "bb", "a", "bb", "c"]).top(2) == len("a bb") * 2
+    assert Q._Grams(["xx", "y", "z"]).top(1) == 2  # all once: the first
+    assert Q._Grams(["a", "b", "a", "b", "a", "b"]).repeated(2) == 4  # ab, ba, ab (+2, skip), ab (+2)
+    assert Q._Grams(["ab", "c", "d", "e"]).repeated(2) == 0
+    assert Q._Grams(["ab", "c", "a", "bc"]).repeated(2) == 3  # joined without a space: abc twice
     assert Q._duplicates(["a", "b", "a", "a"]) == (2, 2)
 
 

@@ -716,11 +716,5 @@ def check_decontam(section, inp, listing) -> list[str]:
     by_source = sum(s.get("documents_cut", 0) for s in section.get("per_source", {}).values())
     if by_source != cut:
         problems.append(f"decontamination.per_source cuts {by_source} records, the total is {cut}")
-    if (listing or {}).get(CUT, 0) != cut:
-        problems.append(f"{LISTING_DIR}/ lists {(listing or {}).get(CUT, 0)} records cut, "
-                        f"decontamination.documents_cut is {cut}")
-    removals = None if listing is None else {k: v for k, v in listing.items() if k != CUT}
-    listed = section.get("listed")
-    return problems + agreement_problems(
-        "decontamination", removed, {**section, "listed": listed - cut if isinstance(listed, int) else listed},
-        removals, LISTING_DIR, CONTAMINATED)
+    return problems + agreement_problems("decontamination", removed, section, listing, LISTING_DIR, CONTAMINATED,
+                                         cut=cut, cut_reason=CUT)

@@ -37,6 +37,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from transforms.core.dedup import _BASE, _BASE_INVERSE, _powers
 from transforms.core.removed import agreement_problems
 
 __all__ = ["GopherQuality", "GopherRepetition", "C4Quality", "FineWebQuality", "FILTERS", "filter_config", "words_of",
@@ -302,32 +303,14 @@ def _duplicates(parts: Sequence[str]) -> tuple[int, int]:
 
 
 # The n-gram rules find equal n-grams by a polynomial hash of their contents (mod 2**64, by prefix sums: one numpy
-# pass per n), and check every hash they rely on against the n-grams themselves: a collision costs time, never a
-# decision.
-_BASE = 0x9E3779B97F4A7C15  # (odd: invertible mod 2**64)
-_BASE_INVERSE = pow(_BASE, -1, 1 << 64)
-_POWERS = (np.ones(1, np.uint64), np.ones(1, np.uint64))  # BASE**k and BASE_INVERSE**k, k < their length
-
-
-def _powers(k: int) -> tuple[np.ndarray, np.ndarray]:
-    global _POWERS
-    powers = _POWERS  # (replaced whole, never changed: a thread reads one pair or the other)
-    if len(powers[0]) < k:
-        size = max(k, 2 * len(powers[0]))
-        made = []
-        with np.errstate(over="ignore"):
-            for base in (_BASE, _BASE_INVERSE):
-                p = np.full(size, base, dtype=np.uint64)
-                p[0] = 1
-                made.append(np.cumprod(p, dtype=np.uint64))
-        powers = _POWERS = tuple(made)
-    return powers
+# pass per n, over dedup's tables of powers), and check every hash they rely on against the n-grams themselves: a
+# collision costs time, never a decision.
 
 
 def _window_hashes(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """The hash of codes[starts[i]:ends[i]] for each i: sum of codes[t] * BASE**(t - start) (mod 2**64), equal for
     equal contents wherever they are."""
-    power, inverse = _powers(len(codes) + 1)
+    power, inverse = _powers(_BASE, len(codes) + 1), _powers(_BASE_INVERSE, len(codes) + 1)
     with np.errstate(over="ignore"):
         prefix = np.zeros(len(codes) + 1, dtype=np.uint64)
         np.cumsum(codes.astype(np.uint64) * inverse[:len(codes)], out=prefix[1:])
@@ -404,14 +387,6 @@ def _top_ngram_chars_by_words(words: Sequence[str], n: int) -> int:
     best = max(counts.values())
     top = next(g for g, c in counts.items() if c == best)
     return len(top) * best
-
-
-def _top_ngram_chars(words: Sequence[str], n: int) -> int:
-    return _Grams(words).top(n)
-
-
-def _repeated_ngram_chars(words: Sequence[str], n: int) -> int:
-    return _Grams(words).repeated(n)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -750,9 +725,5 @@ def check_quality(section, inp, listing) -> list[str]:
                         f"up to {total}")
     if section.get("documents_cut", 0) != cut:
         problems.append(f"quality.documents_cut is {section.get('documents_cut', 0)}, its filters cut {cut}")
-    listed_cut = (listing or {}).get(CUT_REASON, 0)
-    if listed_cut != cut:
-        problems.append(f"{LISTING_DIR}/ lists {listed_cut} records cut, quality.documents_cut is {cut}")
-    removals = None if listing is None else {k: v for k, v in listing.items() if k != CUT_REASON}
-    return problems + agreement_problems("quality", total, {**section, "listed": section.get("listed", 0) - cut},
-                                         removals, LISTING_DIR)
+    return problems + agreement_problems("quality", total, section, listing, LISTING_DIR, cut=cut,
+                                         cut_reason=CUT_REASON)

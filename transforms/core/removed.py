@@ -10,16 +10,27 @@ __all__ = ["agreement_problems"]
 
 
 def agreement_problems(name: str, removed: int, section: Mapping, listing: Optional[Mapping[str, int]],
-                       listing_dir: str, reason: Optional[str] = None) -> list[str]:
+                       listing_dir: str, reason: Optional[str] = None, cut: int = 0,
+                       cut_reason: Optional[str] = None) -> list[str]:
     """The problems of a section named `name` that says `removed` records were removed: its per_source total, its
     `listed` count, and its listing (per reason; None when there is no directory: then nothing may have been
-    removed). `reason`: the one reason its listing's lines must all give, where the step has one."""
+    removed). `reason`: the one reason its listing's lines must all give, where the step has one. A step that
+    also cuts records (keeps less of them) lists each of `cut` with `cut_reason`, and counts them in `listed`."""
     problems = []
+    if cut_reason is not None:
+        listed_cut = (listing or {}).get(cut_reason, 0)
+        if listed_cut != cut:
+            problems.append(f"{listing_dir}/ lists {listed_cut} records cut, {name}.documents_cut is {cut}")
+        if listing is not None:
+            listing = {k: v for k, v in listing.items() if k != cut_reason}
     by_source = sum(s.get("documents_removed", 0) for s in section.get("per_source", {}).values())
     if by_source != removed:
         problems.append(f"{name}.per_source removes {by_source} records, the total is {removed}")
-    if section.get("listed") != removed:
-        problems.append(f"{name}.listed is {section.get('listed')}, {removed} records were removed")
+    listed = section.get("listed")
+    if isinstance(listed, int):
+        listed -= cut
+    if listed != removed:
+        problems.append(f"{name}.listed is {listed}, {removed} records were removed")
     if listing is None:
         if removed:
             problems.append(f"{name}: the removed records are not listed (no {listing_dir}/ directory)")
