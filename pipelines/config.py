@@ -455,12 +455,13 @@ def _validate(mode: str, v: dict, sources: dict) -> Optional[MixtureSpec]:
     if v["keys"] and v.get("jsonl_key"):
         _require(False, "jsonl_key and dataset.keys are both set: choose one")
     traits = mode_traits(mode)
-    if "c4_quality" in (v["quality_filters"] or ()):
+    cutting = [n for n in v["quality_filters"] or () if _quality_filter_cuts(n)]
+    if cutting:
         from pipelines.cerebras210 import uses_regions
 
         _require(traits.record == TEXT and len(v["keys"] or ()) <= 1
                  and not uses_regions(v.get("read_hook"), v.get("hook_kwargs") or {}),
-                 f"quality_filters: c4_quality cuts lines out of a record's text, which must be one text value "
+                 f"quality_filters: {cutting[0]} cuts lines out of a record's text, which must be one text value "
                  f"(LMData, LMData_VSL, FIM, one key, no read hook's regions); {mode}'s records are not")
     if traits.templated:
         _require(not v["keys"], f"dataset.keys does not apply to {mode}: use messages_key, chosen_key, ...")
@@ -504,6 +505,13 @@ def job_max_seq_lengths(v: dict) -> list[tuple[str, int]]:
     return out
 
 
+def _quality_filter_cuts(name: str) -> bool:
+    """Whether the quality filter `name` (a known one: _validate_quality) cuts lines out of a record's text."""
+    from transforms.core.quality import FILTERS
+
+    return name in FILTERS and FILTERS[name].cuts_lines
+
+
 def _validate_quality(v: dict) -> None:
     from transforms.core.quality import filter_config
 
@@ -527,8 +535,10 @@ def _validate_language(v: dict) -> None:
 
 
 def _validate_decontaminate(v: dict) -> None:
-    _require(v["decontaminate_action"] in ("drop", "cut"),
-             f"decontaminate_action: {v['decontaminate_action']!r} is not one of drop, cut")
+    from transforms.core.decontam import ACTIONS
+
+    _require(v["decontaminate_action"] in ACTIONS,
+             f"decontaminate_action: {v['decontaminate_action']!r} is not one of {', '.join(ACTIONS)}")
     _require(v["decontaminate_ngram"] >= 1, "decontaminate_ngram: must be >= 1")
     _require(1 <= v["decontaminate_min_ngram"] <= v["decontaminate_ngram"],
              f"decontaminate_min_ngram: {v['decontaminate_min_ngram']} is not between 1 and decontaminate_ngram "
